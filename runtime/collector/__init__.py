@@ -1,0 +1,1 @@
+"""The collector sidecar: ships Ray events, logs and dashboard snapshots to storage."""

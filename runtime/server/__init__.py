@@ -1,0 +1,1 @@
+"""The history server: serves the Ray Dashboard API for stored and live sessions."""

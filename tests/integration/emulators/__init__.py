@@ -1,0 +1,1 @@
+"""Real storage emulators on free loopback ports, started and stopped by fixtures."""
