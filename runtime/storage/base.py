@@ -411,6 +411,20 @@ class _LimitedReader(io.RawIOBase):
         return self._fh.read(size)
 
 
+def read_full(stream: BinaryIO, size: int) -> bytes:
+    """Up to ``size`` bytes, fewer only at end of stream: raw streams and pipes may
+    return short reads, which SDKs sizing chunks by one ``read()`` mistake for EOF."""
+    parts: list[bytes] = []
+    remaining = size
+    while remaining > 0:
+        chunk = stream.read(remaining)
+        if not chunk:
+            break
+        parts.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(parts)
+
+
 def _by_key(info: ObjectInfo) -> str:
     return info.key
 

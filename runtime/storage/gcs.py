@@ -23,7 +23,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 from google.cloud.storage.exceptions import DataCorruption, InvalidResponse
 
-from runtime.storage.base import DEFAULT_CHUNK_SIZE, ErrorKind, Listing, ObjectInfo, ObjectStore
+from runtime.storage.base import DEFAULT_CHUNK_SIZE, ErrorKind, Listing, ObjectInfo, ObjectStore, read_full
 from runtime.storage.errors import PermanentStorageError, StorageConfigError
 from runtime.storage.retry import RetryPolicy
 from runtime.storage.settings import SettingSource
@@ -230,18 +230,7 @@ class _CountingReader:
         return self._pos
 
     def read(self, size: int | None = -1) -> bytes:
-        if size is None or size < 0:
-            data = self._stream.read()
-        else:
-            parts: list[bytes] = []
-            remaining = size
-            while remaining > 0:
-                part = self._stream.read(remaining)
-                if not part:
-                    break
-                parts.append(part)
-                remaining -= len(part)
-            data = b"".join(parts)
+        data = self._stream.read() if size is None or size < 0 else read_full(self._stream, size)
         self._pos += len(data)
         return data
 

@@ -20,7 +20,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from urllib3 import exceptions as u3e
 
-from runtime.storage.base import DEFAULT_CHUNK_SIZE, ErrorKind, Listing, ObjectInfo, ObjectStore
+from runtime.storage.base import DEFAULT_CHUNK_SIZE, ErrorKind, Listing, ObjectInfo, ObjectStore, read_full
 from runtime.storage.errors import StorageConfigError
 from runtime.storage.keys import validate_key
 from runtime.storage.retry import RetryPolicy
@@ -159,7 +159,7 @@ class S3Store(ObjectStore):
     def _put_stream(self, key: str, stream: BinaryIO, size: int | None) -> None:
         if size is not None and size < DEFAULT_CHUNK_SIZE:
             # Small and of known size: one PutObject from a bounded buffer.
-            self._client.put_object(Bucket=self.bucket, Key=key, Body=_read_exactly(stream, size))
+            self._client.put_object(Bucket=self.bucket, Key=key, Body=read_full(stream, size))
             return
         self._client.upload_fileobj(_FullReads(stream), self.bucket, key, Config=self._transfer)
 
@@ -267,7 +267,7 @@ class _FullReads:
     def read(self, size: int | None = -1) -> bytes:
         if size is None or size < 0:
             return self._stream.read()
-        return _read_exactly(self._stream, size)
+        return read_full(self._stream, size)
 
     def readable(self) -> bool:
         return True
@@ -283,19 +283,6 @@ class _FullReads:
 
     def tell(self) -> int:
         return self._stream.tell()
-
-
-def _read_exactly(stream: BinaryIO, size: int) -> bytes:
-    """Up to ``size`` bytes, fewer only at EOF (raw streams may return short reads)."""
-    parts: list[bytes] = []
-    remaining = size
-    while remaining > 0:
-        chunk = stream.read(remaining)
-        if not chunk:
-            break
-        parts.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(parts)
 
 
 def _read_body(resp: dict[str, Any]) -> bytes:

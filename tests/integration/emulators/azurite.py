@@ -3,7 +3,7 @@
 Quirk worth knowing in outage tests: Azurite keeps blob and container metadata in a
 LokiJS file that it saves every 5 s and on SIGTERM. ``stop()`` therefore keeps
 everything, while ``kill()`` (SIGKILL) loses whatever was written (containers
-included) in the last ~5 s: sleep ``PERSIST_INTERVAL`` before a kill that data
+included) in the last ~5 s: sleep ``persist_seconds`` before a kill that data
 must survive.
 """
 
@@ -12,23 +12,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
-import subprocess
 from pathlib import Path
-from typing import IO
 
 from azure.core.exceptions import ResourceExistsError
 from azure.storage.blob import BlobServiceClient
 
-from tests.integration.emulators.base import Emulator, free_port, wait_for_port
+from tests.integration.emulators.base import REPO_ROOT, ProcessEmulator
 
-logger = logging.getLogger(__name__)
 # The SDK logs every request at INFO; keep test output readable.
 logging.getLogger("azure.core.pipeline.policies.http_logging_policy").setLevel(logging.WARNING)
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-#: Seconds after which Azurite has saved a write to disk (its LokiJS autosave + margin).
-PERSIST_INTERVAL = 6.0
 ACCOUNT = "devstoreaccount1"
 # Azurite's well-known development key (public, documented by Microsoft).
 ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -40,19 +33,11 @@ def azurite_bin() -> Path:
     return Path(override) if override else REPO_ROOT / "node_modules" / ".bin" / "azurite-blob"
 
 
-class AzuriteEmulator(Emulator):
+class AzuriteEmulator(ProcessEmulator):
     """Azurite's blob service on a free loopback port, data persisted in ``workdir``."""
 
     backend = "azureblob"
-    persist_seconds = PERSIST_INTERVAL
-
-    def __init__(self, workdir: Path) -> None:
-        super().__init__(workdir)
-        self.port = free_port()  # kept across restarts
-        self.data_dir = workdir / "data"
-        self.log_path = workdir / "azurite.log"
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
+    persist_seconds = 6.0  # LokiJS autosave interval + margin
 
     @property
     def connection_string(self) -> str:
@@ -61,14 +46,11 @@ class AzuriteEmulator(Emulator):
             f"BlobEndpoint=http://127.0.0.1:{self.port}/{ACCOUNT};"
         )
 
-    def start(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            return
+    def command(self) -> list[str]:
         binary = azurite_bin()
         if not binary.exists():
             raise FileNotFoundError(f"{binary} not found: run `npm ci` in {REPO_ROOT} or set AZURITE_BIN")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [
+        return [
             str(binary),
             "--blobHost", "127.0.0.1",
             "--blobPort", str(self.port),
@@ -79,48 +61,6 @@ class AzuriteEmulator(Emulator):
             "--disableProductStyleUrl",  # account name from the path, whatever the host
             "--disableTelemetry",
         ]  # fmt: skip
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in _reap
-        # Own session/process group, so kill() also takes any child node process.
-        self._proc = subprocess.Popen(
-            cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-        )
-        try:
-            wait_for_port(self.port, timeout=60.0, proc=self._proc)
-        except Exception:
-            self.kill()
-            raise RuntimeError(f"Azurite did not start; see {self.log_path}") from None
-        logger.info("azurite listening on 127.0.0.1:%d (pid %d)", self.port, self._proc.pid)
-
-    def kill(self) -> None:
-        self._signal(signal.SIGKILL)
-        self._reap(timeout=10.0)
-
-    def stop(self) -> None:
-        if self._proc is None:
-            return
-        self._signal(signal.SIGTERM)  # Azurite saves its metadata DB on SIGTERM
-        try:
-            self._proc.wait(timeout=10.0)
-        except subprocess.TimeoutExpired:
-            logger.warning("azurite did not stop within 10 s; killing it")
-        self.kill()
-
-    def _signal(self, sig: signal.Signals) -> None:
-        if self._proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self._proc.pid, sig)  # pgid == pid thanks to start_new_session
-
-    def _reap(self, timeout: float) -> None:
-        if self._proc is not None:
-            try:
-                self._proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                logger.error("azurite pid %d survived SIGKILL", self._proc.pid)
-            self._proc = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
     def create_bucket(self, bucket: str) -> None:
         with (

