@@ -3,6 +3,9 @@ when it comes back. Each test gets its own emulator process to kill."""
 
 from __future__ import annotations
 
+import hashlib
+import io
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -77,4 +80,63 @@ def test_a_call_made_during_the_outage_succeeds_when_storage_returns(own_emulato
     finally:
         thread.join()
     assert store.get_bytes("written/while/down") == b"eventually"
+    store.close()
+
+
+class _SlowFile(io.RawIOBase):
+    """A seekable file whose reads are paced, so an upload is surely in flight
+    when the emulator dies."""
+
+    def __init__(self, path: Path, pause: float) -> None:
+        super().__init__()
+        self._fh = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self._pause = pause
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._fh.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._fh.tell()
+
+    def readinto(self, buffer: bytearray) -> int:  # type: ignore[override]
+        time.sleep(self._pause)
+        return self._fh.readinto(memoryview(buffer)[: 1024 * 1024])
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
+
+
+def test_an_upload_cut_by_a_crash_completes_intact_after_restart(own_emulator: Emulator, tmp_path: Path) -> None:
+    bucket = new_bucket_name()
+    own_emulator.create_bucket(bucket)
+    time.sleep(own_emulator.persist_seconds)  # the new bucket must survive the kill
+    src = tmp_path / "payload.bin"
+    src.write_bytes(os.urandom(24 * 1024 * 1024 + 5))
+    store = own_emulator.make_store(bucket, retry=PATIENT)
+    errors: list[BaseException] = []
+
+    def upload() -> None:
+        try:
+            with io.BufferedReader(_SlowFile(src, pause=0.03), buffer_size=1024 * 1024) as stream:
+                store.put_stream("cut/payload.bin", stream, size=src.stat().st_size)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=upload)
+    thread.start()
+    time.sleep(0.3)
+    assert thread.is_alive(), "the upload finished before the crash; slow it down"
+    own_emulator.kill()
+    time.sleep(1.5)
+    own_emulator.restart()
+    thread.join(timeout=120)
+    assert not thread.is_alive() and not errors, errors
+    assert hashlib.sha256(store.get_bytes("cut/payload.bin")).digest() == hashlib.sha256(src.read_bytes()).digest()
     store.close()

@@ -8,15 +8,21 @@ and prints JSON with the peak RSS before and after.
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import time
+from pathlib import Path
 
 from runtime.storage.config import StorageConfig, open_store
 
 
 def peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    """This process's peak RSS. Not ``ru_maxrss``: Linux carries that across exec, so a
+    child would start with its parent's high-water mark and hide its own growth.
+    VmHWM belongs to the address space, which exec replaces."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024  # kB
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def main() -> None:
