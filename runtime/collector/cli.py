@@ -1,31 +1,78 @@
 """``collector`` entry point.
 
-Until the collector lands (issue #3) this validates the storage configuration
-(flags as in the GKE guide or current KubeRay, or environment only) and the
-bucket, then exits with status 3.
+Works three ways, all equivalent:
+
+* flags as in the GKE guide: ``collector --role=Head --runtime-class-name=gcs
+  --ray-cluster-name=NAME --ray-root-dir=log --events-port=8084``;
+* flags as in current KubeRay: ``--storage-backend``, ``--storage-root-dir``,
+  ``--owner-kind``/``--owner-name``, ``--ray-cluster-namespace``, ...;
+* no arguments at all, configured by the environment KubeRay >= 1.7 injects.
+
+Exit status: 0 after a clean shutdown, 2 for bad configuration (the message
+names the flag or variable), 1 when storage is unusable at start.
 """
 
 from __future__ import annotations
 
-import argparse
+import logging
+import signal
 import sys
+import threading
 
-from runtime.cli_common import validate_storage_only
-from runtime.storage.config import add_storage_arguments
+from runtime.cli_common import configure_logging, limit_malloc_arenas
+from runtime.collector.app import Collector
+from runtime.collector.config import CollectorConfigError, build_parser, load_config
+from runtime.collector.dashboard import DashboardAuthError
+from runtime.storage.config import open_store
+from runtime.storage.errors import StorageConfigError, StorageError
 
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="collector",
-        description="Ray History Server collector sidecar (event receiver, log shipper, snapshots).",
-    )
-    add_storage_arguments(parser)
-    parser.add_argument("--log-level", help="DEBUG, INFO, WARNING (env LOG_LEVEL)")
-    return parser
+logger = logging.getLogger("runtime.collector")
 
 
 def main(argv: list[str] | None = None) -> int:
-    return validate_storage_only(build_parser(), argv, "event collection and log shipping arrive with issue #3")
+    limit_malloc_arenas()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level, args.log_format)
+    try:
+        config = load_config(args)
+    except (CollectorConfigError, StorageConfigError) as exc:
+        parser.exit(2, f"collector: error: {exc}\n")
+    if args.log_batching or args.push_interval:
+        logger.warning("--log-batching and --push-interval are accepted for compatibility and ignored")
+    try:
+        store = open_store(config.storage)
+    except StorageConfigError as exc:
+        parser.exit(2, f"collector: error: {exc}\n")
+    except StorageError as exc:
+        parser.exit(1, f"collector: error: {exc}\n")
+    try:
+        collector = Collector(config, store)
+    except DashboardAuthError as exc:
+        store.close()
+        parser.exit(2, f"collector: error: {exc}\n")
+    stop = threading.Event()
+    signals_seen = 0
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        if signals_seen == 1:
+            logger.info("received %s", signal.Signals(signum).name)
+            stop.set()
+        else:
+            logger.warning("shutdown already in progress; ignoring %s", signal.Signals(signum).name)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_signal)
+    try:
+        collector.run(stop)
+    except OSError as exc:  # e.g. the events port is taken
+        logger.error("collector cannot start: %s", exc)
+        return 1
+    finally:
+        store.close()
+    return 0
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ are off: the RetryPolicy in base.py is the only retry budget.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -162,6 +163,16 @@ class S3Store(ObjectStore):
             self._client.put_object(Bucket=self.bucket, Key=key, Body=read_full(stream, size))
             return
         self._client.upload_fileobj(_FullReads(stream), self.bucket, key, Config=self._transfer)
+
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        """Like the base, but each multipart part is read straight from the file by
+        the thread sending it (``upload_fileobj`` buffers parts in memory): a 2 GiB
+        log moves with a few MiB. s3transfer takes the size at submission, so a
+        file still growing is uploaded as long as it was then."""
+        validate_key(key)
+        os.stat(path)  # a vanished file is the caller's FileNotFoundError, not a storage error
+        filename = os.fspath(path)
+        self._run("upload", key, lambda: self._client.upload_file(filename, self.bucket, key, Config=self._transfer))
 
     def _get_range(self, key: str, start: int, length: int | None) -> bytes:
         args: dict[str, Any] = {"Bucket": self.bucket, "Key": key}

@@ -1,0 +1,207 @@
+"""The collector process: wires the parts together and runs the shutdown sequence.
+
+Start-up never blocks on Ray: the event receiver listens at once (events for a
+node not identified yet are spooled under ``_unknown`` and filed when the node ID
+is known), unlike the reference, which listens only after the head dashboard
+answered and exits after a minute if it does not.
+
+Shutdown (SIGTERM), all inside ``shutdown_deadline``:
+stop accepting (503) -> let in-flight batches finish -> rotate every spool file ->
+in parallel: upload all spool files, ship every log byte, final snapshot poll and
+session marker (head) -> exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from runtime.collector.config import CollectorConfig
+from runtime.collector.dashboard import DashboardClient, base_url_from_fq_ip
+from runtime.collector.discovery import IdentityChange, NodeIdentity
+from runtime.collector.events.quarantine import Quarantine
+from runtime.collector.events.receiver import EventReceiver
+from runtime.collector.events.spool import Spool
+from runtime.collector.events.uploader import EventUploader
+from runtime.collector.logs import LogShipper
+from runtime.collector.metrics import CollectorMetrics
+from runtime.collector.snapshots import SnapshotRecorder
+from runtime.storage.base import ObjectStore
+
+logger = logging.getLogger(__name__)
+
+#: Time kept back from the deadline for closing the listener and exiting.
+EXIT_MARGIN = 1.0
+
+
+@dataclass
+class ShutdownReport:
+    events_uploaded: bool
+    logs_shipped: bool
+    seconds: float
+
+
+class Collector:
+    """One collector: receiver, spool, uploader, log shipper and (head) snapshots."""
+
+    def __init__(self, config: CollectorConfig, store: ObjectStore, metrics: CollectorMetrics | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.metrics = metrics or CollectorMetrics()
+        self.layout = config.storage.layout
+        head_for_discovery = None
+        if config.fq_ray_ip and config.pod_ip:
+            head_for_discovery = self._dashboard(base_url_from_fq_ip(config.fq_ray_ip, config.dashboard_port))
+        self.identity = NodeIdentity(config, head_for_discovery)
+        self.identity.add_listener(self._on_identity_change)
+        self._stop_threads = threading.Event()
+        #: set once the receiver listens; ``bound_port`` is then the real port
+        self.started = threading.Event()
+        self.bound_port = config.events_port
+
+        cluster_key = f"{config.cluster.name}_{config.cluster.namespace}"
+        self.spool = Spool(
+            config.event_data_dir,
+            cluster_key,
+            max_file_size=config.event_max_file_size,
+            rotation_interval=config.event_rotation_interval,
+            fsync=config.event_fsync,
+            on_ready=lambda ready: self.uploader.submit(ready),  # noqa: PLW0108 - uploader is built below
+        )
+        self.uploader = EventUploader(
+            store=store,
+            layout=self.layout,
+            cluster=config.cluster,
+            spool=self.spool,
+            node_id=self.identity.node_id,
+            metrics=self.metrics,
+            compression=config.event_compression,
+            workers=config.upload_workers,
+        )
+        self.receiver = EventReceiver(
+            spool=self.spool,
+            quarantine=Quarantine(config.event_data_dir / "quarantine" / f"{cluster_key}.jsonl"),
+            metrics=self.metrics,
+            max_disk=config.event_max_disk,
+            max_request_size=config.max_request_size,
+            fallback_node=self.identity.node_id,
+        )
+        self.snapshots: SnapshotRecorder | None = None
+        if config.is_head and config.enable_log_collector:
+            self.snapshots = SnapshotRecorder(
+                config=config,
+                store=store,
+                layout=self.layout,
+                identity=self.identity,
+                dashboard=self._dashboard(config.dashboard_address),
+                metrics=self.metrics,
+            )
+        self.logs: LogShipper | None = None
+        if config.enable_log_collector:
+            self.logs = LogShipper(
+                store=store,
+                layout=self.layout,
+                cluster=config.cluster,
+                tmp_root=config.ray_tmp_root,
+                node_id=self.identity.node_id,
+                upload_interval=config.log_upload_interval,
+                metrics=self.metrics,
+                on_session=self._session_seen if self.snapshots else None,
+            )
+
+    def _dashboard(self, base_url: str) -> DashboardClient:
+        return DashboardClient(
+            base_url,
+            auth_token=self.config.auth_token,
+            k8s_token_auth=self.config.k8s_token_auth,
+            auth_mode=self.config.auth_mode,
+        )
+
+    def _session_seen(self, session: str) -> None:
+        """The log shipper found a session's logs: make sure it is listed (head only)."""
+        if self.snapshots is not None:
+            self.snapshots.write_marker(session)
+
+    def _on_identity_change(self, change: IdentityChange) -> None:
+        if change.old_node != change.new_node and change.new_node is not None:
+            # Events that arrived before the node was known can be filed now.
+            self.spool.rotate_unknown_node()
+
+    # -------------------------------------------------------------- running
+    def run(self, stop: threading.Event) -> ShutdownReport:
+        """Serve until ``stop`` is set, then shut down within the deadline."""
+        for ready in self.spool.resume():
+            self.uploader.submit(ready)
+        self.uploader.start()
+        self.identity.refresh()
+        self._thread(self.identity.run, "identity", self._stop_threads)
+        if self.logs is not None:
+            self.logs.start()
+        if self.snapshots is not None:
+            self.snapshots.start()
+        server = self.receiver.make_server(self.config.events_host, self.config.events_port)
+        self._thread(server.serve_forever, "event-receiver")
+        self._thread(self._rotate_periodically, "spool-rotation")
+        logger.info(
+            "collector (%s) for %s/%s listening on %s:%d, storage %s",
+            self.config.role,
+            self.config.cluster.namespace,
+            self.config.cluster.name,
+            self.config.events_host,
+            server.server_address[1],
+            self.store.describe(),
+        )
+        self.bound_port = int(server.server_address[1])
+        self.started.set()
+        stop.wait()
+        try:
+            return self.shutdown()
+        finally:
+            # The listener answered 503 during shutdown; close it last.
+            server.shutdown()
+            server.server_close()
+
+    def _thread(self, target: Callable[..., object], name: str, *args: object) -> None:
+        threading.Thread(target=target, args=args, name=name, daemon=True).start()
+
+    def _rotate_periodically(self) -> None:
+        interval = max(0.5, min(5.0, self.config.event_rotation_interval / 2))
+        while not self._stop_threads.wait(interval):
+            try:
+                with self.receiver.write_lock:
+                    self.spool.rotate_due()
+            except OSError:
+                logger.exception("rotating spool files failed")
+            self.metrics.spool_bytes.set(self.spool.used_bytes)
+
+    def shutdown(self) -> ShutdownReport:
+        started = time.monotonic()
+        deadline = started + self.config.shutdown_deadline - EXIT_MARGIN
+        logger.info("shutting down: uploading everything within %.0fs", self.config.shutdown_deadline)
+        self.receiver.draining = True
+        self.receiver.wait_idle(timeout=min(2.0, self.config.shutdown_deadline / 4))
+        with self.receiver.write_lock:
+            self.spool.rotate_all()
+        self._stop_threads.set()
+
+        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="shutdown") as pool:
+            events = pool.submit(self.uploader.drain, deadline)
+            logs = pool.submit(self.logs.stop, deadline) if self.logs else None
+            snaps = pool.submit(self.snapshots.stop, deadline) if self.snapshots else None
+            events_ok = events.result()
+            logs_ok = logs.result() if logs else True
+            if snaps:
+                snaps.result()
+        self.uploader.stop()
+        report = ShutdownReport(bool(events_ok), bool(logs_ok), time.monotonic() - started)
+        logger.info(
+            "shutdown finished in %.1fs: events %s, logs %s",
+            report.seconds,
+            "all uploaded" if report.events_uploaded else "LEFT ON DISK",
+            "all shipped" if report.logs_shipped else "NOT ALL SHIPPED",
+        )
+        return report

@@ -1,0 +1,1 @@
+"""Event collection: parse (pure), spool (disk-first), upload, and the HTTP receiver."""

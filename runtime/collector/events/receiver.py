@@ -1,0 +1,223 @@
+"""The collector's HTTP side: ``POST /v1/events`` plus ``/healthz``, ``/readyz``
+and ``/metrics`` on the events port.
+
+Contract with Ray's aggregator agent (``ray-events.md`` §3): one JSON array per
+POST, any non-2xx is retried with the identical batch. So:
+
+* 200 only after the batch is durable in the spool;
+* invalid events inside a valid array are quarantined, and the batch is still 200;
+* 400 (JSON body naming the problem) only when the body is not a JSON array;
+* 503 with ``Retry-After`` when the spool is over budget or the collector is
+  shutting down, 413 for an oversized body, 411 without a length, 500 for a local
+  disk failure.
+
+The server is the standard library's threaded HTTP server: Ray's agent sends one
+batch at a time per node, and avoiding asyncio and aiohttp keeps ~20 MiB off a
+sidecar whose memory limit is small.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from runtime.collector.events.parse import BatchRejected, ParsedBatch, parse_batch
+from runtime.collector.events.quarantine import Quarantine
+from runtime.collector.events.spool import Spool
+from runtime.collector.metrics import CollectorMetrics
+
+logger = logging.getLogger(__name__)
+
+#: Backpressure starts here (as in the reference): leave room for in-flight batches.
+PRESSURE_RATIO = 0.8
+
+
+@dataclass
+class Reply:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _json(status: int, payload: dict[str, object], **headers: str) -> Reply:
+    return Reply(status, json.dumps(payload).encode(), headers=dict(headers))
+
+
+class EventReceiver:
+    """State and logic behind the routes; one per collector process."""
+
+    def __init__(
+        self,
+        *,
+        spool: Spool,
+        quarantine: Quarantine,
+        metrics: CollectorMetrics,
+        max_disk: int,
+        max_request_size: int,
+        fallback_node: Callable[[], str | None],
+    ) -> None:
+        self.spool = spool
+        self.quarantine = quarantine
+        self.metrics = metrics
+        self.max_disk = max_disk
+        self.max_request_size = max_request_size
+        self.fallback_node = fallback_node
+        self.draining = False
+        self._in_flight = 0
+        self._count_lock = threading.Lock()
+        # One batch decoded and written at a time: appends must be ordered anyway,
+        # and decoding holds the GIL, so concurrency would only multiply memory.
+        self.write_lock = threading.Lock()
+
+    def under_pressure(self) -> bool:
+        return self.spool.used_bytes >= PRESSURE_RATIO * self.max_disk
+
+    # ------------------------------------------------------------- events
+    def admit(self, content_length: int | None) -> Reply | None:
+        """Checks made before reading the body; a Reply means "answer this"."""
+        if self.draining:
+            return _json(503, {"error": "collector is shutting down"}, **{"Retry-After": "5"})
+        if self.under_pressure():
+            return _json(
+                503,
+                {"error": f"event spool over budget ({self.spool.used_bytes} of {self.max_disk} bytes)"},
+                **{"Retry-After": "10"},
+            )
+        if content_length is None:
+            return _json(411, {"error": "Content-Length is required"})
+        if content_length > self.max_request_size:
+            return _json(413, {"error": f"request body over {self.max_request_size} bytes"})
+        return None
+
+    def accept(self, body: bytes) -> Reply:
+        """Decode, spool durably, quarantine what is invalid."""
+        with self._count_lock:
+            self._in_flight += 1
+        try:
+            with self.write_lock:
+                try:
+                    batch = parse_batch(body)
+                except BatchRejected as exc:
+                    return _json(400, {"error": str(exc)})
+                try:
+                    self._store(batch)
+                except OSError as exc:
+                    logger.error("spooling an event batch failed: %s", exc)
+                    return _json(500, {"error": f"local spool write failed: {exc.strerror or exc}"})
+            return _json(200, {"accepted": len(batch.accepted), "quarantined": len(batch.rejected)})
+        finally:
+            with self._count_lock:
+                self._in_flight -= 1
+
+    def _store(self, batch: ParsedBatch) -> None:
+        self.spool.write(((e.target, e.line) for e in batch.accepted), fallback_node=self.fallback_node())
+        for event_type, count in Counter(e.event_type for e in batch.accepted).items():
+            self.metrics.events_accepted.labels(event_type=event_type).inc(count)
+        if batch.rejected:
+            self.quarantine.add(batch.rejected)
+            for reason, count in Counter(r.reason for r in batch.rejected).items():
+                self.metrics.events_quarantined.labels(reason=reason).inc(count)
+        self.metrics.spool_bytes.set(self.spool.used_bytes)
+        self.metrics.spool_files.set(self.spool.file_count)
+
+    def wait_idle(self, timeout: float) -> None:
+        """After draining is set: let requests already inside finish writing."""
+        deadline = time.monotonic() + timeout
+        while self._in_flight and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    # ---------------------------------------------------------- operability
+    def healthz(self) -> Reply:
+        return _json(200, {"status": "ok"})
+
+    def readyz(self) -> Reply:
+        """Ready = events posted now would be accepted."""
+        state: dict[str, object] = {
+            "draining": self.draining,
+            "spool_bytes": self.spool.used_bytes,
+            "spool_budget_bytes": self.max_disk,
+            "under_pressure": self.under_pressure(),
+        }
+        ready = not self.draining and not state["under_pressure"]
+        return _json(200 if ready else 503, {"ready": ready, **state})
+
+    def metrics_page(self) -> Reply:
+        self.metrics.spool_bytes.set(self.spool.used_bytes)
+        self.metrics.spool_files.set(self.spool.file_count)
+        return Reply(200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST)
+
+    # ----------------------------------------------------------------- server
+    def make_server(self, host: str, port: int) -> ThreadingHTTPServer:
+        receiver = self
+
+        class Handler(_Handler):
+            pass
+
+        Handler.receiver = receiver
+        server = ThreadingHTTPServer((host, port), Handler)
+        server.daemon_threads = True
+        return server
+
+
+class _Handler(BaseHTTPRequestHandler):
+    receiver: EventReceiver
+    protocol_version = "HTTP/1.1"  # keep-alive, as Ray's aiohttp client expects
+    # Headers and body go out as separate writes; with Nagle on, the body waits
+    # for the client's delayed ACK (~40 ms per request).
+    disable_nagle_algorithm = True
+    server_version = "ray-history-collector"
+
+    def do_POST(self) -> None:
+        if self.path.split("?", 1)[0] != "/v1/events":
+            self._send(_json(404, {"error": f"no route {self.path}"}), drain=True)
+            return
+        length_header = self.headers.get("Content-Length")
+        try:
+            length = int(length_header) if length_header is not None else None
+        except ValueError:
+            length = None
+        refused = self.receiver.admit(length)
+        if refused is not None:
+            self._send(refused, drain=True)
+            return
+        body = self.rfile.read(length or 0)
+        self._send(self.receiver.accept(body))
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        routes = {
+            "/healthz": self.receiver.healthz,
+            "/readyz": self.receiver.readyz,
+            "/metrics": self.receiver.metrics_page,
+        }
+        route = routes.get(path)
+        self._send(route() if route else _json(404, {"error": f"no route {path}"}))
+
+    def _send(self, reply: Reply, drain: bool = False) -> None:
+        if self.command == "POST":
+            self.receiver.metrics.event_requests.labels(status=str(reply.status)).inc()
+        if drain:
+            # The body was not read: close rather than desynchronise keep-alive.
+            self.close_connection = True
+        self.send_response(reply.status, HTTPStatus(reply.status).phrase)
+        self.send_header("Content-Type", reply.content_type)
+        self.send_header("Content-Length", str(len(reply.body)))
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        if drain:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(reply.body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """No per-request access log (Ray posts several times a second)."""

@@ -1,0 +1,517 @@
+"""Log shipping: the current session's logs while the node runs, previous sessions
+through ``prev-logs``, and everything left at shutdown.
+
+The reference uploads logs only at shutdown and reads whole files into memory
+(``collector.md`` §4, §11). Here a ``watchfiles`` thread marks changed files dirty
+and one loop thread uploads them, streamed, at most every ``upload_interval`` per
+file (new files at once), with a periodic full rescan as a safety net. Files in
+``prev-logs`` are deleted only after their upload succeeded, so failures are
+retried and a collector restart resumes (``logs_prev.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import stat
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+import watchfiles
+
+from runtime.collector.logs_prev import (
+    LogFile,
+    PrevPlan,
+    UploadJob,
+    iter_log_files,
+    plan_prev_logs,
+    prune_prev_logs_dir,
+    relpath_of,
+)
+from runtime.collector.metrics import CollectorMetrics
+from runtime.collector.session_files import PREV_LOGS, node_id_from_session_dir, resolve_session_latest
+from runtime.storage.base import ObjectStore
+from runtime.storage.errors import InvalidKeyError, StorageUnavailableError
+from runtime.storage.layout import ClusterRef, KeyLayout, validate_node_id
+
+logger = logging.getLogger(__name__)
+
+BACKOFF_BASE = 1.0
+BACKOFF_CAP = 60.0
+#: How often the Rust side of watchfiles wakes to check its stop event, and how
+#: long it waits for more changes before yielding a batch. The default (50 ms)
+#: costs 4x the idle CPU; a stop latency of 0.5 s is fine.
+WATCH_STEP_MS = 500
+WATCH_TIMEOUT_MS = 5_000
+#: A file is re-uploaded whole, so a big one waits at least this many times as
+#: long as its last upload took: one huge busy log cannot hog the uploads.
+UPLOAD_GAP_FACTOR = 5.0
+
+
+def _backoff(failures: int) -> float:
+    return min(BACKOFF_CAP, BACKOFF_BASE * 2.0 ** max(0, failures - 1))
+
+
+@dataclass
+class _Schedule:
+    """When a current-session file may be uploaded next."""
+
+    last_upload: float = -math.inf
+    gap: float = 0.0  # min seconds between two uploads of this file
+    failures: int = 0
+    retry_at: float = 0.0
+
+    def due(self) -> float:
+        return max(self.retry_at, self.last_upload + self.gap)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    job: UploadJob
+    status: str  # shipped | vanished | changed | skipped | failed
+    started: float = 0.0
+    error: BaseException | None = None
+    uploaded: bool = False
+    seconds: float = 0.0
+
+
+class LogShipper:
+    """Ships one node's Ray logs to ``store`` under ``layout``/``cluster``."""
+
+    def __init__(
+        self,
+        *,
+        store: ObjectStore,
+        layout: KeyLayout,
+        cluster: ClusterRef,
+        tmp_root: Path,
+        node_id: Callable[[], str | None],
+        upload_interval: float,
+        metrics: CollectorMetrics,
+        on_session: Callable[[str], None] | None = None,
+        rescan_interval: float = 300.0,
+        session_check_interval: float = 2.0,
+        workers: int = 4,
+    ) -> None:
+        self._store = store
+        self._layout = layout
+        self._cluster = cluster
+        self._tmp_root = Path(tmp_root)
+        self._node_id = node_id
+        self._interval = upload_interval
+        self._metrics = metrics
+        self._on_session = on_session
+        self._rescan_interval = rescan_interval
+        self._session_check = session_check_interval
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-upload")
+
+        self._lock = threading.Lock()  # guards _dirty: the watcher thread adds to it
+        self._dirty: set[Path] = set()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._loop_thread: threading.Thread | None = None
+        self._result: bool | None = None  # of stop()
+        self._watch_thread: threading.Thread | None = None
+        self._watch_stop = threading.Event()
+        self._watch_failed_at = -math.inf
+
+        # Used by the loop thread only (and by stop() once the loop has ended).
+        self._session_dir: Path | None = None
+        self._schedule: dict[Path, _Schedule] = {}
+        self._shipped: dict[str, tuple[int, int]] = {}  # key -> (size, mtime_ns) stored
+        self._rejected: set[Path] = set()
+        self._announced: set[str] = set()
+        self._announce_retry_at = 0.0
+        self._next_rescan = 0.0
+        self._prev_due = 0.0
+        self._prev_failures = 0
+        self._store_retry_at = 0.0
+        self._store_failures = 0
+        self._warned: set[str] = set()
+        self.files_shipped = 0
+        self.bytes_shipped = 0
+        self.skipped_invalid = 0
+
+    # ------------------------------------------------------------- public API
+    def start(self) -> None:
+        """Start the loop thread (it starts the watcher); returns at once."""
+        if self._loop_thread is None:
+            self._loop_thread = threading.Thread(target=self._run, name="log-shipper", daemon=True)
+            self._loop_thread.start()
+
+    def stop(self, deadline: float) -> bool:
+        """Stop watching, then upload every remaining byte of the current session
+        and of ``prev-logs`` before ``deadline`` (a ``time.monotonic()`` value).
+        True when everything was shipped. A second call answers the first's result."""
+        if self._result is not None:
+            return self._result
+        self._result = self._stop(deadline)
+        return self._result
+
+    def _stop(self, deadline: float) -> bool:
+        started = time.monotonic()
+        self._stopping.set()
+        self._wake.set()
+        self._stop_watcher()
+        if self._loop_thread is not None:
+            self._loop_thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            if self._loop_thread.is_alive():
+                logger.warning("log shipper: uploads still running at the deadline; logs NOT all shipped")
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                return False
+        self._stop_watcher()  # the loop may have started one as stop() began
+        files, size = self.files_shipped, self.bytes_shipped
+        failed = left = 0
+        try:
+            self._check_session()
+            # No node id yet at shutdown: the session dir may still tell, better than losing the logs.
+            node = self._live_node() or (node_id_from_session_dir(self._session_dir) if self._session_dir else None)
+            jobs = self._current_jobs(node, final=True) if node else []
+            plan = self._plan_prev()
+            self._announce_all(plan.sessions)
+            outcomes, left = self._run_jobs(jobs + plan.jobs, deadline)
+            for prev in plan.dirs:
+                prune_prev_logs_dir(prev, self._tmp_root / PREV_LOGS)
+            failed = sum(o.status in ("failed", "changed") for o in outcomes)
+            complete = plan.complete and failed == 0 and left == 0 and (node is not None or self._session_dir is None)
+        except Exception:
+            logger.exception("log shipper: final upload failed")
+            complete = False
+        finally:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        logger.info(
+            "log shipper stopped in %.1fs: final upload %d files (%d bytes), %d failed, %d not attempted; "
+            "%d files (%d bytes) shipped in all, %d skipped as names the key layout rejects%s",
+            time.monotonic() - started,
+            self.files_shipped - files,
+            self.bytes_shipped - size,
+            failed,
+            left,
+            self.files_shipped,
+            self.bytes_shipped,
+            self.skipped_invalid,
+            "" if complete else "; logs NOT all shipped",
+        )
+        return complete
+
+    # ------------------------------------------------------------- main loop
+    def _run(self) -> None:
+        errors = 0
+        while not self._stopping.is_set():
+            self._wake.clear()  # before the work, so a wake-up during it is not lost
+            now = time.monotonic()
+            node: str | None = None
+            try:
+                self._check_session()
+                if now >= self._next_rescan:
+                    self._rescan()
+                    # Without a watcher, rescans every upload interval stand in for it.
+                    watching = self._watch_thread is not None and self._watch_thread.is_alive()
+                    self._next_rescan = now + (self._rescan_interval if watching else self._interval)
+                    self._prev_due = min(self._prev_due, now)
+                node = self._live_node()
+                if node and now >= self._store_retry_at:
+                    self._run_jobs(self._current_jobs(node, final=False), None)
+                if now >= self._prev_due:
+                    self._prev_pass()
+                errors = 0
+            except Exception:
+                # Never let a bug or an odd file end log shipping for good.
+                errors += 1
+                logger.exception("log shipper loop error")
+            wake_at = self._next_wake(node is not None) if not errors else now + _backoff(errors)
+            self._wake.wait(max(0.05, wake_at - time.monotonic()))
+
+    def _next_wake(self, node_known: bool) -> float:
+        now = time.monotonic()
+        wake = min(now + self._session_check, self._next_rescan, self._prev_due)
+        if not node_known:
+            return wake  # dirty files wait for the node id, which each tick asks for
+        with self._lock:
+            dirty = list(self._dirty)
+        due = math.inf
+        for path in dirty:
+            sched = self._schedule.get(path)
+            due = min(due, now if sched is None else sched.due())
+        return min(wake, max(due, self._store_retry_at))
+
+    def _live_node(self) -> str | None:
+        """The node id to file logs under, or None while unknown."""
+        try:
+            node = self._node_id()
+            return validate_node_id(node) if node else None
+        except Exception as exc:  # InvalidKeyError, or a failing callable
+            self._warn_once("node", f"no usable node id yet: {exc}")
+            return None
+
+    # -------------------------------------------------------------- sessions
+    def _check_session(self) -> None:
+        resolved = resolve_session_latest(self._tmp_root)
+        if resolved is not None and (self._session_dir is None or resolved.name != self._session_dir.name):
+            old = self._session_dir
+            self._stop_watcher()
+            self._session_dir = resolved
+            with self._lock:
+                self._dirty.clear()
+            self._schedule.clear()
+            self._rejected.clear()
+            logger.info("shipping logs of session %s%s", resolved.name, f" (previous: {old.name})" if old else "")
+            self._next_rescan = 0.0  # rescan the new session now
+            self._prev_due = 0.0  # move the old one into prev-logs and ship it
+        if self._session_dir is not None:
+            self._announce_all([self._session_dir.name])
+            if not self._stopping.is_set():
+                self._ensure_watcher()
+
+    def _announce_all(self, sessions: list[str]) -> None:
+        for session in sessions:
+            if self._on_session is None or session in self._announced or time.monotonic() < self._announce_retry_at:
+                continue
+            try:
+                self._on_session(session)
+            except Exception as exc:
+                # A marker failure must not hold back the logs (a reference weakness).
+                self._announce_retry_at = time.monotonic() + 5 * BACKOFF_BASE
+                logger.warning("session callback for %s failed, will retry: %s", session, exc)
+                continue
+            self._announced.add(session)
+
+    # --------------------------------------------------------------- watcher
+    def _ensure_watcher(self) -> None:
+        if self._watch_thread is not None and self._watch_thread.is_alive():
+            return
+        if self._session_dir is None or time.monotonic() < self._watch_failed_at + BACKOFF_CAP:
+            return
+        logs_dir = self._session_dir / "logs"
+        if not logs_dir.is_dir():
+            return  # Ray has not created it yet; the next tick looks again
+        self._watch_stop = threading.Event()
+        self._watch_thread = threading.Thread(
+            target=self._watch, args=(logs_dir, self._watch_stop), name="log-watch", daemon=True
+        )
+        self._watch_thread.start()
+        self._next_rescan = 0.0  # catch up on what changed while nothing watched
+
+    def _stop_watcher(self) -> None:
+        self._watch_stop.set()
+        if self._watch_thread is not None:
+            self._watch_thread.join(timeout=4 * WATCH_STEP_MS / 1000)
+        self._watch_thread = None
+
+    def _watch(self, logs_dir: Path, stop_event: threading.Event) -> None:
+        try:
+            for changes in watchfiles.watch(
+                logs_dir,
+                watch_filter=None,  # the default filter drops names such as *.swp and *~
+                stop_event=stop_event,
+                recursive=True,
+                step=WATCH_STEP_MS,
+                rust_timeout=WATCH_TIMEOUT_MS,
+                yield_on_timeout=True,
+                raise_interrupt=False,
+                ignore_permission_denied=True,
+                poll_delay_ms=max(1000, int(self._interval * 500)),  # if notify must poll, poll rarely
+            ):
+                if stop_event.is_set():
+                    return
+                if changes:
+                    with self._lock:
+                        before = len(self._dirty)
+                        self._dirty.update(Path(raw) for _change, raw in changes)
+                        grew = len(self._dirty) > before
+                    if grew:
+                        self._wake.set()
+            problem: object = "the watcher ended"
+        except Exception as exc:  # e.g. inotify limits
+            problem = exc
+        if not stop_event.is_set():
+            # Rescans every upload interval take over; a new watcher is tried later.
+            self._watch_failed_at = time.monotonic()
+            logger.warning("watching %s failed, rescanning every %.0fs instead: %s", logs_dir, self._interval, problem)
+            self._wake.set()
+
+    # ----------------------------------------------------- current session
+    def _rescan(self) -> None:
+        """Mark every file of the current session dirty; unchanged ones are
+        dropped cheaply when they come due."""
+        if self._session_dir is None:
+            return
+        found = {f.path for f in iter_log_files(self._session_dir / "logs")}
+        with self._lock:
+            self._dirty.update(found)
+        for gone in set(self._schedule) - found:
+            del self._schedule[gone]
+
+    def _current_jobs(self, node: str, *, final: bool) -> list[UploadJob]:
+        """Dirty files that are due (every changed file when ``final``)."""
+        if self._session_dir is None:
+            return []
+        if final:
+            self._rescan()
+        logs_dir = self._session_dir / "logs"
+        now = time.monotonic()
+        with self._lock:
+            candidates = list(self._dirty)
+        jobs: list[UploadJob] = []
+        for path in candidates:
+            sched = self._schedule.get(path)
+            if not final and sched and now < sched.due():
+                continue
+            with self._lock:
+                self._dirty.discard(path)  # an event during the upload marks it again
+            job = self._live_job(path, logs_dir, self._session_dir.name, node)
+            if job is not None:
+                jobs.append(job)
+        return jobs
+
+    def _live_job(self, path: Path, logs_dir: Path, session: str, node: str) -> UploadJob | None:
+        try:
+            st = path.lstat()
+        except OSError:
+            self._schedule.pop(path, None)
+            return None
+        relpath = relpath_of(path, logs_dir)
+        if relpath is None or not stat.S_ISREG(st.st_mode):
+            return None  # a directory, symlink, socket, or an event from elsewhere
+        item = LogFile(path, relpath, st.st_size, st.st_mtime_ns)
+        key = self._key_for(session, node, item)
+        if key is None or self._shipped.get(key) == (item.size, item.mtime_ns):
+            return None
+        return UploadJob(item, key, live=True)
+
+    def _key_for(self, session: str, node: str, item: LogFile) -> str | None:
+        try:
+            return self._layout.log_key(self._cluster, session, node, item.relpath)
+        except InvalidKeyError as exc:
+            if item.path not in self._rejected:
+                self._rejected.add(item.path)
+                self.skipped_invalid += 1
+                self._metrics.log_files_skipped.inc()
+                logger.debug("not shipping %s: %s", item.path, exc)
+            return None
+
+    # ------------------------------------------------------------ prev-logs
+    def _plan_prev(self) -> PrevPlan:
+        return plan_prev_logs(
+            self._tmp_root,
+            self._session_dir,
+            fallback_node=self._live_node,
+            key_for=self._key_for,
+            shipped=self._shipped,
+            warn=self._warn_once,
+        )
+
+    def _prev_pass(self) -> None:
+        plan = self._plan_prev()
+        self._announce_all(plan.sessions)
+        outcomes, left = self._run_jobs(plan.jobs, None)
+        for prev in plan.dirs:
+            prune_prev_logs_dir(prev, self._tmp_root / PREV_LOGS)
+        if plan.complete and left == 0 and all(o.status == "shipped" for o in outcomes):
+            self._prev_failures = 0
+            self._prev_due = math.inf  # until the next rescan or session change
+        else:
+            self._prev_failures += 1
+            self._prev_due = time.monotonic() + _backoff(self._prev_failures)
+
+    # -------------------------------------------------------------- uploads
+    def _run_jobs(self, jobs: list[UploadJob], deadline: float | None) -> tuple[list[_Outcome], int]:
+        """Run jobs on the pool; with a deadline, stop waiting when it passes.
+        Returns the outcomes and how many jobs were not done."""
+        if not jobs:
+            return [], 0
+        futures = [self._pool.submit(self._execute, job, deadline) for job in jobs]
+        done, pending = wait(futures, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        for future in pending:
+            future.cancel()
+        outcomes = [f.result() for f in done]
+        self._apply(outcomes)
+        return outcomes, len(pending) + sum(o.status == "skipped" for o in outcomes)
+
+    def _execute(self, job: UploadJob, deadline: float | None) -> _Outcome:
+        """One upload, then for prev-logs the delete. Runs on the pool."""
+        now = time.monotonic()
+        if deadline is None and (self._stopping.is_set() or now < self._store_retry_at):
+            return _Outcome(job, "skipped")  # stop() or the storage back-off takes over
+        if deadline is not None and now >= deadline:
+            return _Outcome(job, "skipped")
+        seconds = 0.0
+        if job.upload:
+            try:
+                self._store.put_file(job.key, job.file.path)  # streamed, up to the size at open
+            except FileNotFoundError:
+                return _Outcome(job, "vanished", now)
+            except Exception as exc:
+                return _Outcome(job, "failed", now, exc)
+            finally:
+                seconds = time.monotonic() - now
+                self._metrics.upload_seconds.labels(what="log").observe(seconds)
+        if job.delete_after:
+            try:
+                st = job.file.path.lstat()
+                if (st.st_size, st.st_mtime_ns) != (job.file.size, job.file.mtime_ns):
+                    return _Outcome(job, "changed", now, uploaded=job.upload)  # ship again, then delete
+                job.file.path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                logger.debug("shipped %s but cannot delete it: %s", job.file.path, exc)
+        return _Outcome(job, "shipped", now, uploaded=job.upload, seconds=seconds)
+
+    def _apply(self, outcomes: list[_Outcome]) -> None:
+        """Record outcomes, on the thread that submitted the jobs."""
+        now = time.monotonic()
+        errors = [o.error for o in outcomes if o.error is not None]
+        for outcome in outcomes:
+            self._apply_one(outcome, now)
+        if any(isinstance(e, StorageUnavailableError) for e in errors):
+            # Storage is unreachable: back off as a whole, not file by file.
+            self._store_failures += 1
+            self._store_retry_at = now + _backoff(self._store_failures)
+        elif any(o.uploaded for o in outcomes):
+            self._store_failures = 0
+        if errors:
+            logger.warning(
+                "%d of %d log uploads failed, retrying with back-off; last error: %s",
+                len(errors),
+                len(outcomes),
+                errors[-1],
+            )
+
+    def _apply_one(self, outcome: _Outcome, now: float) -> None:
+        job, path = outcome.job, outcome.job.file.path
+        if outcome.uploaded:
+            self.files_shipped += 1
+            self.bytes_shipped += job.file.size
+            self._metrics.log_files_shipped.inc()
+            self._metrics.log_bytes_shipped.inc(job.file.size)
+        if outcome.error is not None:
+            self._metrics.upload_failures.labels(what="log", kind=type(outcome.error).__name__).inc()
+        if outcome.status == "shipped":
+            if job.delete_after and not path.exists():
+                self._shipped.pop(job.key, None)  # nothing local left to compare with
+            else:
+                # The size and mtime seen *before* the upload: bytes appended during
+                # it make the file differ, so they are shipped next time.
+                self._shipped[job.key] = (job.file.size, job.file.mtime_ns)
+            if job.live:
+                gap = max(self._interval, UPLOAD_GAP_FACTOR * outcome.seconds)
+                self._schedule[path] = _Schedule(last_upload=outcome.started, gap=gap)
+        elif outcome.status == "vanished":
+            self._schedule.pop(path, None)
+        elif job.live:  # failed or skipped: keep it dirty
+            with self._lock:
+                self._dirty.add(path)
+            if outcome.status == "failed":
+                sched = self._schedule.setdefault(path, _Schedule())
+                sched.failures += 1
+                sched.retry_at = now + _backoff(sched.failures)
+
+    def _warn_once(self, tag: str, message: str) -> None:
+        level = logging.DEBUG if tag in self._warned else logging.WARNING
+        self._warned.add(tag)
+        logger.log(level, "%s", message)

@@ -1,0 +1,116 @@
+"""Reading Ray's temp root: which session is current, and which node a session
+directory belongs to. Pure file-system inspection, no network.
+
+Layout (``ray-events.md`` §7)::
+
+    {tmp_root}/session_latest -> session_2026-11-22_01-45-25_333080_9264
+    {tmp_root}/session_*/{component}_port_{nodeIdHex}    one-line port files
+    {tmp_root}/session_*/logs/raylet.out                 "Setting node ID node_id=<hex>"
+    {tmp_root}/session_*/sockets/raylet                  unix socket while the raylet runs
+    {tmp_root}/raylet_node_id                            written by the GKE guide's postStart hook
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+SESSION_LATEST = "session_latest"
+PREV_LOGS = "prev-logs"
+RAYLET_NODE_ID_FILE = "raylet_node_id"
+_PORT_FILE = re.compile(r"^[a-z_]+_port_([0-9a-f]{56})$")
+_RAYLET_NODE_LINE = re.compile(rb"Setting node ID node_id=([0-9a-f]{56})")
+_HEX_NODE = re.compile(r"^[0-9a-fA-F]{56}$")
+_warned_contents: set[str] = set()
+
+
+def resolve_session_latest(tmp_root: Path) -> Path | None:
+    """The directory ``session_latest`` points at (relative or absolute link), or None."""
+    link = tmp_root / SESSION_LATEST
+    try:
+        target = Path(os.readlink(link))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        # Not a symlink (a copied directory, say): use it as it is if it is a directory.
+        return link if link.is_dir() else None
+    resolved = target if target.is_absolute() else tmp_root / target
+    if not resolved.is_dir():
+        return None
+    # Keep the path under tmp_root even when the link is absolute to another mount
+    # of the same emptyDir (the Ray container may see it at a different path).
+    local = tmp_root / resolved.name
+    return local if local.is_dir() else resolved
+
+
+def list_session_dirs(tmp_root: Path) -> list[Path]:
+    """Real ``session_*`` directories (not the ``session_latest`` link), oldest first."""
+    try:
+        entries = list(os.scandir(tmp_root))
+    except FileNotFoundError:
+        return []
+    dirs = [
+        Path(e.path)
+        for e in entries
+        if e.name.startswith("session_") and e.name != SESSION_LATEST and e.is_dir(follow_symlinks=False)
+    ]
+    return sorted(dirs, key=lambda p: p.name)
+
+
+def node_id_from_session_dir(session_dir: Path) -> str | None:
+    """The node a session directory belongs to: from its ``*_port_<nodeId>`` files,
+    else from ``logs/raylet.out``. Lower-case hex, or None if neither tells."""
+    newest: tuple[int, str] | None = None
+    try:
+        for entry in os.scandir(session_dir):
+            match = _PORT_FILE.match(entry.name)
+            if match:
+                # A raylet restarted inside the session leaves a second set of port
+                # files: the newest belongs to the node that runs now.
+                stamp = entry.stat().st_mtime_ns
+                if newest is None or stamp > newest[0]:
+                    newest = (stamp, match.group(1))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if newest is not None:
+        return newest[1]
+    try:
+        with open(session_dir / "logs" / "raylet.out", "rb") as fh:
+            head = fh.read(64 * 1024)
+    except OSError:
+        return None
+    found = _RAYLET_NODE_LINE.search(head)
+    return found.group(1).decode() if found else None
+
+
+def node_id_from_file(tmp_root: Path) -> str | None:
+    """``{tmp_root}/raylet_node_id`` as written by the GKE guide's postStart hook."""
+    try:
+        text = (tmp_root / RAYLET_NODE_ID_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    if _HEX_NODE.match(text):
+        return text.lower()
+    if text and text not in _warned_contents:
+        _warned_contents.add(text)  # re-read every few seconds: say it once
+        logger.warning("ignoring %s: %r is not a 56-digit hex node id", tmp_root / RAYLET_NODE_ID_FILE, text[:80])
+    return None
+
+
+def raylet_socket_alive(session_dir: Path, timeout: float = 1.0) -> bool:
+    """Whether the session's raylet accepts connections (the session is active)."""
+    path = session_dir / "sockets" / "raylet"
+    if not path.exists():
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+    return True

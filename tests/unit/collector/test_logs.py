@@ -1,0 +1,492 @@
+"""LogShipper against the real ``local`` backend and a temp root laid out like Ray's:
+live shipping, debounce, session switches, prev-logs with delete-after-upload,
+failures and restarts, key validation, shutdown."""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import stat
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import pytest
+
+from runtime.collector.logs import LogShipper
+from runtime.collector.metrics import CollectorMetrics
+from runtime.storage.errors import ObjectNotFoundError
+from runtime.storage.layout import ClusterRef, KeyLayout
+from runtime.storage.local import LocalStore
+from runtime.storage.retry import RetryPolicy
+
+SAMPLES = Path("/work/shared/ray-samples/session-logs-sample.tar.gz")
+SESSION_A = "session_2026-11-22_01-45-25_333080_9264"
+SESSION_B = "session_2026-11-22_01-58-29_266863_14332"
+SESSION_OLD = "session_2026-11-21_10-00-00_000001_42"
+NODE_A = "a" * 56
+NODE_B = "b" * 56
+NODE_C = "c" * 56
+CLUSTER = ClusterRef(namespace="default", name="demo")
+LAYOUT = KeyLayout("")
+INTERVAL = 0.5
+FAST_RETRY = RetryPolicy(attempts=1, deadline=0)
+
+
+# ------------------------------------------------------------------ helpers
+def wait_for(predicate: Callable[[], object], timeout: float = 4.0, what: str = "condition") -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def key(session: str, node: str, rel: str) -> str:
+    return LAYOUT.log_key(CLUSTER, session, node, rel)
+
+
+def stored(store: LocalStore, k: str) -> bytes | None:
+    try:
+        return store.get_bytes(k)
+    except ObjectNotFoundError:
+        return None
+
+
+def holds(store: LocalStore, k: str, data: bytes) -> Callable[[], bool]:
+    return lambda: stored(store, k) == data
+
+
+def metric(metrics: CollectorMetrics, name: str, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(f"ray_history_collector_{name}", labels)
+    return value or 0.0
+
+
+def make_session(root: Path, name: str, node: str | None, *, port_file: bool = True) -> Path:
+    session = root / name
+    (session / "logs" / "events").mkdir(parents=True)
+    if node and port_file:
+        (session / f"gcs_server_port_{node}").write_text("6379")
+    return session
+
+
+def point_latest(root: Path, name: str) -> None:
+    tmp = root / "session_latest.tmp"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(name)  # relative, as Ray makes it
+    os.replace(tmp, root / "session_latest")
+
+
+class NodeBox:
+    """The node-id callable: what discovery currently knows."""
+
+    def __init__(self, node: str | None) -> None:
+        self.node = node
+
+    def __call__(self) -> str | None:
+        return self.node
+
+
+class FlakyStore(LocalStore):
+    """A real local store that refuses keys containing any string in ``deny``
+    (PermissionError -> PermanentStorageError), optionally slowly."""
+
+    def __init__(self, root: Path, *, delay: float = 0.0) -> None:
+        super().__init__(root, retry=FAST_RETRY)
+        self.deny: set[str] = set()
+        self.transient = False
+        self.delay = delay
+
+    def _put_stream(self, key: str, stream: BinaryIO, size: int | None) -> None:
+        if self.delay:
+            time.sleep(self.delay)
+        if any(d in key for d in self.deny):
+            if self.transient:
+                raise OSError(errno.EAGAIN, "try again")
+            raise PermissionError(errno.EACCES, "denied")
+        super()._put_stream(key, stream, size)
+
+
+class Env:
+    """A Ray temp root with one running session, a bucket, and shipper factory."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.root = tmp_path / "ray"
+        self.root.mkdir()
+        (tmp_path / "bucket").mkdir()
+        self.store = FlakyStore(tmp_path / "bucket")
+        self.session = make_session(self.root, SESSION_A, NODE_A)
+        point_latest(self.root, SESSION_A)
+        self.logs = self.session / "logs"
+        self.node = NodeBox(NODE_A)
+        self.sessions: list[str] = []
+        self.metrics = CollectorMetrics()
+        self.shippers: list[LogShipper] = []
+
+    def shipper(self, store: LocalStore | None = None, **kw: float) -> LogShipper:
+        shipper = LogShipper(
+            store=store or self.store,
+            layout=LAYOUT,
+            cluster=CLUSTER,
+            tmp_root=self.root,
+            node_id=self.node,
+            upload_interval=kw.pop("upload_interval", INTERVAL),
+            metrics=self.metrics,
+            on_session=self.sessions.append,
+            rescan_interval=kw.pop("rescan_interval", 300.0),
+            session_check_interval=kw.pop("session_check_interval", 0.1),
+        )
+        self.shippers.append(shipper)
+        return shipper
+
+    def shipped_files(self) -> float:
+        return metric(self.metrics, "log_files_shipped_total")
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    e = Env(tmp_path)
+    yield e
+    for shipper in e.shippers:
+        shipper.stop(time.monotonic() + 2)
+
+
+# -------------------------------------------------------------------- tests
+def test_new_file_is_shipped_promptly(env: Env) -> None:
+    (env.logs / "raylet.out").write_bytes(b"raylet started\n")
+    shipper = env.shipper(upload_interval=30)  # promptness must not depend on the interval
+    shipper.start()
+    wait_for(lambda: stored(env.store, key(SESSION_A, NODE_A, "raylet.out")) == b"raylet started\n", what="initial")
+
+    started = time.monotonic()
+    (env.logs / "worker-01-ffffffff-1.out").write_bytes(b"hello from a worker\n")
+    (env.logs / "events" / "event_JOBS.log").write_bytes(b'{"event": 1}\n')
+    wait_for(lambda: stored(env.store, key(SESSION_A, NODE_A, "worker-01-ffffffff-1.out")) == b"hello from a worker\n")
+    wait_for(lambda: stored(env.store, key(SESSION_A, NODE_A, "events/event_JOBS.log")) == b'{"event": 1}\n')
+    assert time.monotonic() - started < 3.0
+    assert env.sessions == [SESSION_A]
+
+
+def test_growing_file_reuploaded_with_new_content_at_most_every_interval(env: Env) -> None:
+    path = env.logs / "worker-busy.out"
+    path.write_bytes(b"line 0\n")
+    shipper = env.shipper()
+    shipper.start()
+    k = key(SESSION_A, NODE_A, "worker-busy.out")
+    wait_for(lambda: env.shipped_files() == 1, what="first upload counted")
+    before = env.shipped_files()
+
+    window = 2.0
+    end = time.monotonic() + window
+    lines = 1
+    with path.open("ab") as fh:
+        while time.monotonic() < end:
+            fh.write(f"line {lines}\n".encode())
+            fh.flush()
+            lines += 1
+            time.sleep(0.02)
+    uploads_while_busy = env.shipped_files() - before
+    # One per interval at most (+1 for an upload due right at the window's edge).
+    assert 2 <= uploads_while_busy <= window / INTERVAL + 1, uploads_while_busy
+    expected = b"".join(f"line {i}\n".encode() for i in range(lines))
+    wait_for(lambda: stored(env.store, k) == expected, what="final content")
+
+
+def test_unchanged_files_are_never_reuploaded(env: Env) -> None:
+    for name in ("raylet.out", "gcs_server.out", "dashboard.log"):
+        (env.logs / name).write_bytes(name.encode() * 100)
+    shipper = env.shipper(rescan_interval=0.2)  # rescans keep finding the same files
+    shipper.start()
+    wait_for(lambda: env.shipped_files() == 3)
+    versions = {n: env.store.stat(key(SESSION_A, NODE_A, n)).version for n in ("raylet.out", "dashboard.log")}
+    time.sleep(INTERVAL * 4)  # several intervals and rescans with nothing changing
+    assert env.shipped_files() == 3
+    assert {n: env.store.stat(key(SESSION_A, NODE_A, n)).version for n in versions} == versions
+
+
+def test_stop_ships_the_last_bytes(env: Env) -> None:
+    path = env.logs / "raylet.out"
+    path.write_bytes(b"first\n")
+    shipper = env.shipper(upload_interval=60)  # no live re-upload during the test
+    shipper.start()
+    k = key(SESSION_A, NODE_A, "raylet.out")
+    wait_for(lambda: stored(env.store, k) == b"first\n")
+    with path.open("ab") as fh:
+        fh.write(b"last words\n")
+    assert shipper.stop(time.monotonic() + 5) is True
+    assert stored(env.store, k) == b"first\nlast words\n"
+
+
+def test_session_switch_moves_old_session_to_prev_logs_under_its_own_node(env: Env) -> None:
+    old_file = env.logs / "raylet.out"
+    old_file.write_bytes(b"old session\n")
+    (env.logs / "events" / "event_GCS.log").write_bytes(b"{}\n")
+    shipper = env.shipper(upload_interval=60)
+    shipper.start()
+    wait_for(lambda: stored(env.store, key(SESSION_A, NODE_A, "raylet.out")) == b"old session\n")
+    with old_file.open("ab") as fh:
+        fh.write(b"written just before the restart\n")
+
+    # The Ray container restarts: a new session, and the raylet has a new node id.
+    new_session = make_session(env.root, SESSION_B, NODE_B)
+    (new_session / "logs" / "raylet.out").write_bytes(b"new session\n")
+    env.node.node = NODE_B
+    point_latest(env.root, SESSION_B)
+
+    wait_for(lambda: stored(env.store, key(SESSION_B, NODE_B, "raylet.out")) == b"new session\n", what="new")
+    wait_for(
+        lambda: (
+            stored(env.store, key(SESSION_A, NODE_A, "raylet.out")) == b"old session\nwritten just before the restart\n"
+        ),
+        what="old session's last bytes, under the old node id",
+    )
+    assert stored(env.store, key(SESSION_A, NODE_A, "events/event_GCS.log")) == b"{}\n"
+    assert stored(env.store, key(SESSION_A, NODE_B, "raylet.out")) is None
+    # Moved out of the session dir, shipped, deleted, emptied dirs pruned.
+    assert not env.logs.exists()
+    prev = env.root / "prev-logs"
+    wait_for(lambda: not (prev / SESSION_A).exists(), what="prev-logs pruned")
+    assert stat.S_IMODE(prev.stat().st_mode) == 0o777
+    assert env.sessions == [SESSION_A, SESSION_B]
+    assert shipper.stop(time.monotonic() + 5) is True
+
+
+def test_leftover_session_at_start_filed_under_node_from_raylet_out(env: Env) -> None:
+    old = make_session(env.root, SESSION_OLD, None)
+    (old / "logs" / "raylet.out").write_bytes(f"[state] Setting node ID node_id={NODE_C}\n".encode())
+    (old / "logs" / "worker-x-01000000-7.err").write_bytes(b"Traceback\n")
+    shipper = env.shipper()
+    shipper.start()
+    wait_for(lambda: stored(env.store, key(SESSION_OLD, NODE_C, "worker-x-01000000-7.err")) == b"Traceback\n")
+    wait_for(lambda: not (env.root / "prev-logs" / SESSION_OLD).exists(), what="prev-logs emptied")
+    assert not (old / "logs").exists()
+    assert old.is_dir()  # only logs/ moves; the rest of the session dir stays
+    assert SESSION_OLD in env.sessions and SESSION_A in env.sessions
+
+
+def test_prev_logs_failure_keeps_local_file_and_retries(env: Env) -> None:
+    node_dir = env.root / "prev-logs" / SESSION_OLD / NODE_C / "logs"
+    node_dir.mkdir(parents=True)
+    (node_dir / "raylet.out").write_bytes(b"precious\n")
+    (node_dir / "gcs_server.out").write_bytes(b"fine\n")
+    env.store.deny = {f"{SESSION_OLD}/{NODE_C}/logs/raylet.out"}
+    shipper = env.shipper()
+    shipper.start()
+    wait_for(lambda: stored(env.store, key(SESSION_OLD, NODE_C, "gcs_server.out")) == b"fine\n")
+    wait_for(lambda: not (node_dir / "gcs_server.out").exists(), what="shipped file deleted")
+    wait_for(
+        lambda: metric(env.metrics, "upload_failures_total", what="log", kind="PermanentStorageError") >= 1,
+        what="failure counted",
+    )
+    assert (node_dir / "raylet.out").read_bytes() == b"precious\n"  # kept: not shipped yet
+
+    env.store.deny.clear()
+    wait_for(lambda: stored(env.store, key(SESSION_OLD, NODE_C, "raylet.out")) == b"precious\n", what="retry")
+    wait_for(lambda: not (env.root / "prev-logs" / SESSION_OLD).exists(), what="pruned after success")
+    assert shipper.stop(time.monotonic() + 5) is True
+
+
+def test_restart_resumes_prev_logs(env: Env, tmp_path: Path) -> None:
+    node_dir = env.root / "prev-logs" / SESSION_OLD / NODE_C / "logs"
+    (node_dir / "events").mkdir(parents=True)
+    (node_dir / "raylet.out").write_bytes(b"r\n")
+    (node_dir / "events" / "event_RAYLET.log").write_bytes(b"e\n")
+    # First collector: its bucket directory is gone, every upload fails.
+    gone = FlakyStore(tmp_path / "no-such-bucket")
+    first = env.shipper(store=gone)
+    first.start()
+    wait_for(lambda: metric(env.metrics, "upload_failures_total", what="log", kind="PermanentStorageError") >= 2)
+    assert first.stop(time.monotonic() + 2) is False
+    assert (node_dir / "raylet.out").exists() and (node_dir / "events" / "event_RAYLET.log").exists()
+
+    second = env.shipper()
+    second.start()
+    wait_for(lambda: stored(env.store, key(SESSION_OLD, NODE_C, "events/event_RAYLET.log")) == b"e\n")
+    wait_for(lambda: stored(env.store, key(SESSION_OLD, NODE_C, "raylet.out")) == b"r\n")
+    wait_for(lambda: not (env.root / "prev-logs" / SESSION_OLD).exists())
+    assert second.stop(time.monotonic() + 5) is True
+
+
+def test_live_upload_failure_backs_off_and_recovers(env: Env) -> None:
+    (env.logs / "raylet.out").write_bytes(b"x\n")
+    env.store.deny = {"raylet.out"}
+    env.store.transient = True  # storage "down": StorageUnavailableError after the retry budget
+    shipper = env.shipper()
+    shipper.start()
+    wait_for(lambda: metric(env.metrics, "upload_failures_total", what="log", kind="StorageUnavailableError") >= 1)
+    env.store.deny.clear()
+    wait_for(lambda: stored(env.store, key(SESSION_A, NODE_A, "raylet.out")) == b"x\n", what="recovery")
+
+
+def test_names_the_layout_rejects_are_skipped(env: Env) -> None:
+    (env.logs / "good.log").write_bytes(b"ok\n")
+    (env.logs / "bad name.log").write_bytes(b"space\n")
+    (env.logs / "bad#hash.out").write_bytes(b"hash\n")
+    shipper = env.shipper()
+    shipper.start()
+    wait_for(lambda: stored(env.store, key(SESSION_A, NODE_A, "good.log")) == b"ok\n")
+    wait_for(lambda: shipper.skipped_invalid == 2)
+    assert shipper.stop(time.monotonic() + 5) is True
+    stored_keys = [o.key for o in env.store.walk("")]
+    assert stored_keys == [key(SESSION_A, NODE_A, "good.log")]
+
+
+def test_symlinks_sockets_and_directories_are_skipped(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outside = tmp_path / "secret.txt"
+    outside.write_bytes(b"not a log\n")
+    (env.logs / "link.log").symlink_to(outside)
+    (env.logs / "empty_dir").mkdir()
+    os.mkfifo(env.logs / "pipe.log")  # opening it for upload would block forever
+    monkeypatch.chdir(env.logs)  # AF_UNIX paths are limited to ~108 bytes
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.bind("s.sock")
+        (env.logs / "raylet.out").write_bytes(b"r\n")
+        shipper = env.shipper()
+        shipper.start()
+        wait_for(lambda: stored(env.store, key(SESSION_A, NODE_A, "raylet.out")) == b"r\n")
+        assert shipper.stop(time.monotonic() + 5) is True
+    assert [o.key for o in env.store.walk("")] == [key(SESSION_A, NODE_A, "raylet.out")]
+
+
+def test_nothing_uploaded_until_node_id_is_known(env: Env) -> None:
+    (env.logs / "raylet.out").write_bytes(b"early\n")
+    env.node.node = None
+    shipper = env.shipper()
+    shipper.start()
+    wait_for(lambda: env.sessions == [SESSION_A], what="marker callback without a node id")
+    (env.logs / "worker-1.out").write_bytes(b"w\n")
+    time.sleep(INTERVAL * 2)  # a negative check needs some time to pass
+    assert list(env.store.walk("")) == []
+    env.node.node = NODE_A
+    wait_for(lambda: stored(env.store, key(SESSION_A, NODE_A, "raylet.out")) == b"early\n")
+    wait_for(lambda: stored(env.store, key(SESSION_A, NODE_A, "worker-1.out")) == b"w\n")
+
+
+def test_stop_respects_the_deadline(env: Env, tmp_path: Path) -> None:
+    for i in range(40):
+        (env.logs / f"worker-{i}.out").write_bytes(b"x")
+    (tmp_path / "slow").mkdir()
+    slow = FlakyStore(tmp_path / "slow", delay=0.2)
+    shipper = env.shipper(store=slow)  # never started: stop() alone does the final upload
+    began = time.monotonic()
+    assert shipper.stop(began + 0.5) is False
+    assert time.monotonic() - began < 1.0
+
+
+def test_sample_session_logs_are_shipped_whole(env: Env) -> None:
+    with tarfile.open(SAMPLES) as tar:
+        tar.extractall(env.root / "sample", filter="data")
+    sample_logs = env.root / "sample" / SESSION_A / "logs"
+    os.rmdir(env.logs / "events")
+    os.rmdir(env.logs)
+    os.rename(sample_logs, env.logs)
+    files = {p.relative_to(env.logs).as_posix(): p for p in env.logs.rglob("*") if p.is_file()}
+    assert len(files) > 50
+    shipper = env.shipper()
+    shipper.start()
+    wait_for(lambda: env.shipped_files() == len(files), what="every sample file")
+    for rel in ("raylet.out", "jobs/supervisor-wl-job2-fails.log", "gcs_server.err"):
+        assert stored(env.store, key(SESSION_A, NODE_A, rel)) == files[rel].read_bytes()
+    total = sum(p.stat().st_size for p in files.values())
+    wait_for(lambda: metric(env.metrics, "log_bytes_shipped_total") == total, what="byte count")
+    assert shipper.stop(time.monotonic() + 5) is True
+
+
+def test_prev_logs_from_old_kuberay_prefix_and_odd_dirs(env: Env) -> None:
+    # `mv $RAY_TMP_ROOT/session_latest/logs $RAY_TMP_ROOT/prev-logs/<session>/<node>/logs`
+    moved = env.root / "prev-logs" / SESSION_OLD / NODE_C.upper() / "logs"
+    moved.mkdir(parents=True)
+    (moved / "raylet.out").write_bytes(b"prefix\n")
+    # No node id (the postStart hook failed): the name is not hex and is left alone.
+    odd = env.root / "prev-logs" / SESSION_OLD / "unknown" / "logs"
+    odd.mkdir(parents=True)
+    (odd / "raylet.out").write_bytes(b"odd\n")
+    shipper = env.shipper()
+    shipper.start()
+    wait_for(lambda: stored(env.store, key(SESSION_OLD, NODE_C, "raylet.out")) == b"prefix\n")
+    wait_for(lambda: not moved.exists())
+    assert (odd / "raylet.out").exists()
+
+
+def test_concurrent_writer_during_switch_loses_nothing(env: Env) -> None:
+    """Many files written right up to the switch all arrive, every byte."""
+    stop = threading.Event()
+    written: dict[str, bytes] = {}
+
+    def writer() -> None:
+        i = 0
+        while not stop.is_set():
+            name = f"worker-{i % 5}.out"
+            line = f"{i}\n".encode()
+            with (env.logs / name).open("ab") as fh:
+                fh.write(line)
+            written[name] = written.get(name, b"") + line
+            i += 1
+            time.sleep(0.005)
+
+    shipper = env.shipper()
+    shipper.start()
+    thread = threading.Thread(target=writer)
+    thread.start()
+    time.sleep(1.0)
+    stop.set()
+    thread.join()
+    make_session(env.root, SESSION_B, NODE_A)
+    point_latest(env.root, SESSION_B)
+    for name, data in written.items():
+        wait_for(holds(env.store, key(SESSION_A, NODE_A, name), data), what=name)
+    assert shipper.stop(time.monotonic() + 5) is True
+
+
+def test_slow_upload_widens_the_gap_for_that_file(env: Env, tmp_path: Path) -> None:
+    """A file whose upload takes long is re-uploaded less often (it goes up whole)."""
+    (tmp_path / "slow").mkdir()
+    slow = FlakyStore(tmp_path / "slow", delay=0.3)
+    path = env.logs / "huge.out"
+    path.write_bytes(b"0\n")
+    shipper = env.shipper(store=slow, upload_interval=0.1)
+    shipper.start()
+    wait_for(lambda: env.shipped_files() == 1)
+    end = time.monotonic() + 2.5
+    with path.open("ab") as fh:
+        while time.monotonic() < end:
+            fh.write(b"more\n")
+            fh.flush()
+            time.sleep(0.02)
+    # interval 0.1 s would allow ~20 uploads; a 0.3 s upload spaces them >= 1.5 s apart.
+    assert env.shipped_files() - 1 <= 2
+
+
+def test_leftover_session_merges_into_an_existing_prev_logs_dir(env: Env) -> None:
+    old = make_session(env.root, SESSION_OLD, NODE_C)
+    (old / "logs" / "b.log").write_bytes(b"from the session dir\n")
+    already = env.root / "prev-logs" / SESSION_OLD / NODE_C / "logs"
+    already.mkdir(parents=True)
+    (already / "a.log").write_bytes(b"moved earlier\n")
+    shipper = env.shipper()
+    shipper.start()
+    wait_for(holds(env.store, key(SESSION_OLD, NODE_C, "a.log"), b"moved earlier\n"))
+    wait_for(holds(env.store, key(SESSION_OLD, NODE_C, "b.log"), b"from the session dir\n"))
+    wait_for(lambda: not (env.root / "prev-logs" / SESSION_OLD).exists())
+    assert not (old / "logs").exists()
+
+
+def test_without_a_watcher_rescans_take_over(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """inotify exhausted (the reference dies here): files still ship, by rescans."""
+
+    def no_inotify(*_args: object, **_kwargs: object) -> Iterator[set[tuple[int, str]]]:
+        raise OSError(errno.ENOSPC, "inotify watch limit reached")
+
+    monkeypatch.setattr("runtime.collector.logs.watchfiles.watch", no_inotify)
+    shipper = env.shipper()
+    shipper.start()
+    time.sleep(0.3)
+    (env.logs / "worker-late.out").write_bytes(b"late\n")
+    wait_for(holds(env.store, key(SESSION_A, NODE_A, "worker-late.out"), b"late\n"), timeout=3)

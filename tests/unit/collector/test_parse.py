@@ -1,0 +1,145 @@
+"""Parsing and sorting event batches: grouping as the reference does, bad events
+quarantined instead of failing the batch."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import orjson
+import pytest
+
+from runtime.collector.events.parse import (
+    BatchRejected,
+    SpoolTarget,
+    job_of,
+    parse_batch,
+    parse_timestamp_ns,
+)
+from tests.unit.collector.samples import accepted_batches, all_events
+
+SESSION = "session_2026-11-22_01-58-29_266863_14332"
+
+
+def event(**fields: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "eventId": "AAAA",
+        "eventType": "TASK_DEFINITION_EVENT",
+        "timestamp": "2026-11-22T01:59:00.082993524Z",
+        "sessionName": SESSION,
+        "nodeId": "qXYzogrvb/n1CRZPjVOVTZfXa78Hq2Fp4FM+jg==",
+    }
+    base.update(fields)
+    return base
+
+
+def test_every_real_batch_parses_without_rejects() -> None:
+    accepted = 0
+    for body in accepted_batches():
+        batch = parse_batch(body)
+        assert batch.rejected == []
+        accepted += len(batch.accepted)
+    assert accepted == len(all_events())
+
+
+def test_real_events_group_like_the_reference() -> None:
+    counts: Counter[str] = Counter()
+    for body in accepted_batches():
+        for accepted in parse_batch(body).accepted:
+            kind = "node" if accepted.target.job is None else "job"
+            counts[f"{accepted.event_type}:{kind}"] += 1
+            assert accepted.target.session == SESSION
+            assert accepted.target.node is not None and len(accepted.target.node) == 56
+    # Node, actor lifecycle and worker events have no job: node_events.
+    assert counts["NODE_DEFINITION_EVENT:job"] == 0
+    assert counts["ACTOR_LIFECYCLE_EVENT:job"] == 0
+    assert counts["WORKER_LIFECYCLE_EVENT:job"] == 0
+    job_types = (
+        "TASK_DEFINITION_EVENT",
+        "TASK_LIFECYCLE_EVENT",
+        "DRIVER_JOB_DEFINITION_EVENT",
+        "ACTOR_DEFINITION_EVENT",
+    )
+    for typ in job_types:
+        assert counts[f"{typ}:node"] == 0 and counts[f"{typ}:job"] > 0
+
+
+def test_lines_keep_every_field() -> None:
+    original = event(taskDefinitionEvent={"jobId": "AgAAAA==", "taskId": "x", "big": "18446744073709551615"})
+    batch = parse_batch(orjson.dumps([original]))
+    assert orjson.loads(batch.accepted[0].line) == original
+    node = "a97633a20aef6ff9f509164f8d53954d97d76bbf07ab6169e0533e8e"
+    assert batch.accepted[0].target == SpoolTarget(SESSION, node, "02000000")
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        ({"driverJobDefinitionEvent": {"jobId": "AQAAAA=="}}, "01000000"),
+        ({"taskProfileEvents": {"jobId": "AgAAAA=="}}, "02000000"),
+        ({"actorDefinitionEvent": {"jobId": 7}}, "7"),
+        ({"actorLifecycleEvent": {"actorId": "x"}}, None),
+        ({"taskDefinitionEvent": {"jobId": ""}}, None),
+        ({"taskDefinitionEvent": {}}, None),
+        ({"taskDefinitionEvent": {"jobId": "../../x"}}, None),
+    ],
+)
+def test_job_of(payload: dict[str, object], expected: str | None) -> None:
+    assert job_of(payload) == expected
+
+
+def test_node_types_ignore_nested_job() -> None:
+    node_event = event(eventType="NODE_DEFINITION_EVENT", taskDefinitionEvent={"jobId": "AQAAAA=="})
+    assert parse_batch(orjson.dumps([node_event])).accepted[0].target.job is None
+
+
+@pytest.mark.parametrize(
+    ("text", "nanos"),
+    [
+        ("2026-11-22T01:45:31.197192869Z", 1795311931197192869),
+        ("2026-11-22T01:45:31Z", 1795311931000000000),
+        ("2026-11-22T01:45:31.196Z", 1795311931196000000),
+        ("2026-11-22T02:45:31.5+01:00", 1795311931500000000),
+        ("2026-11-22T01:45:31.1234567891234Z", 1795311931123456789),
+    ],
+)
+def test_timestamps_with_up_to_nine_digits(text: str, nanos: int) -> None:
+    assert parse_timestamp_ns(text) == nanos
+
+
+@pytest.mark.parametrize(
+    "text", ["2026-11-22T01:45:31.1z", "2026-11-22T01:45:31", "2026-11-22 01:45:31Z", "2026-13-22T01:45:31Z", "x"]
+)
+def test_bad_timestamps(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_timestamp_ns(text)
+
+
+def test_invalid_events_are_quarantined_not_fatal() -> None:
+    items = [
+        event(),
+        event(sessionName="../etc"),
+        event(timestamp="yesterday"),
+        {"eventType": "X"},
+        5,
+        event(eventType="SOMETHING_NEW"),
+    ]
+    batch = parse_batch(orjson.dumps(items))
+    assert [r.reason for r in batch.rejected] == [
+        "invalid_session_name",
+        "invalid_timestamp",
+        "invalid_session_name",
+        "not_an_object",
+    ]
+    assert [a.event_type for a in batch.accepted] == ["TASK_DEFINITION_EVENT", "OTHER"]
+
+
+@pytest.mark.parametrize("body", [b"not json", b'{"a": 1}', b'"text"', b"[1, 2", b""])
+def test_bodies_that_are_not_arrays_are_rejected(body: bytes) -> None:
+    with pytest.raises(BatchRejected):
+        parse_batch(body)
+
+
+@pytest.mark.parametrize("body", [b"[]", b"null"])
+def test_empty_batches(body: bytes) -> None:
+    batch = parse_batch(body)
+    assert batch.accepted == [] and batch.rejected == []
