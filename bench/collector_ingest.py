@@ -1,8 +1,10 @@
 """Sustained event ingest of one collector process pinned to one core.
 
     .venv/bin/python bench/collector_ingest.py [--seconds 20] [--batch 1000] [--connections 4] [--no-fsync]
+                                               [--backend local|gcs|s3|azureblob]
 
-Starts ``collector`` (local storage, head role off, log collector off) on core 0
+Starts ``collector`` (worker role, log collector off; storage ``local`` or an
+emulator, whose SDK counts toward the collector's RSS) on core 0
 and posts batches shaped like Ray 2.60's (events from ``../shared/ray-samples``,
 ``--batch`` per POST, as the aggregator sends under load) from core 1. Every
 200 is a durable acknowledgement (fsync'd spool). Prints events/s, POST latency,
@@ -28,6 +30,10 @@ import aiohttp
 import orjson
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.integration.emulators.registry import EMULATORS  # noqa: E402
+
 SAMPLES = REPO.parent / "shared" / "ray-samples" / "events" / "runB-all-types" / "_all_events.json"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -93,17 +99,20 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--no-fsync", action="store_true")
+    parser.add_argument("--backend", default="local", choices=sorted(EMULATORS))
     args = parser.parse_args()
     cores = sorted(os.sched_getaffinity(0))
 
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
         work = Path(tmp)
         port = free_port()
+        emulator = EMULATORS[args.backend](work / "emulator")
+        emulator.workdir.mkdir()
+        emulator.start()
+        emulator.create_bucket("bench")
         env = {
             **os.environ,
-            "STORAGE_BACKEND": "local",
-            "LOCAL_STORAGE_DIR": str(work / "bucket"),
-            "STORAGE_CREATE_BUCKET": "true",
+            **emulator.env("bench"),
             "RAY_CLUSTER_NAME": "bench",
             "RAY_TMP_ROOT": str(work / "ray"),
             "EVENTS_PORT": str(port),
@@ -144,15 +153,17 @@ def main() -> int:
         proc.wait(timeout=120)
 
         stored = 0
-        for path in (work / "bucket").rglob("*.jsonl"):
-            with open(path, "rb") as fh:
-                stored += sum(1 for _ in fh)
+        with emulator.make_store("bench") as store:
+            for info in store.walk(""):
+                if info.key.endswith(".jsonl"):
+                    stored += store.get_bytes(info.key).count(b"\n")
+        emulator.stop()
         latencies.sort()
         events = acked * args.batch
         p50, p99 = latencies[len(latencies) // 2] * 1000, latencies[int(len(latencies) * 0.99)] * 1000
         verdict = "all acknowledged events stored" if stored >= events else "MISSING EVENTS"
         fsync = "off" if args.no_fsync else "on"
-        print(f"batches of {args.batch} events, {args.connections} connections, fsync {fsync}")
+        print(f"batches of {args.batch} events, {args.connections} connections, fsync {fsync}, {args.backend}")
         print(f"acknowledged events/s      {events / wall:>12,.0f}   ({events:,} in {wall:.1f} s; non-200: {other})")
         print(f"collector CPU              {cpu / wall * 100:>11.0f}%  of one core (pinned to core {cores[0]})")
         print(f"events/s per busy core-s   {events / max(cpu, 1e-9):>12,.0f}")

@@ -6,7 +6,8 @@ The reference uploads logs only at shutdown and reads whole files into memory
 and one loop thread uploads them, streamed, at most every ``upload_interval`` per
 file (new files at once), with a periodic full rescan as a safety net. Files in
 ``prev-logs`` are deleted only after their upload succeeded, so failures are
-retried and a collector restart resumes (``logs_prev.py``).
+retried and a collector restart resumes (``logs_prev.py``). What is remembered
+per file, and the uploads themselves, live in ``logs_state.py``.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ import stat
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from pathlib import Path
 
 import watchfiles
@@ -32,51 +31,20 @@ from runtime.collector.logs_prev import (
     prune_prev_logs_dir,
     relpath_of,
 )
+from runtime.collector.logs_state import BACKOFF_BASE, BACKOFF_CAP, UploadState, backoff
 from runtime.collector.metrics import CollectorMetrics
 from runtime.collector.session_files import PREV_LOGS, node_id_from_session_dir, resolve_session_latest
 from runtime.storage.base import ObjectStore
-from runtime.storage.errors import InvalidKeyError, StorageUnavailableError
+from runtime.storage.errors import InvalidKeyError
 from runtime.storage.layout import ClusterRef, KeyLayout, validate_node_id
 
 logger = logging.getLogger(__name__)
 
-BACKOFF_BASE = 1.0
-BACKOFF_CAP = 60.0
 #: How often the Rust side of watchfiles wakes to check its stop event, and how
 #: long it waits for more changes before yielding a batch. The default (50 ms)
 #: costs 4x the idle CPU; a stop latency of 0.5 s is fine.
 WATCH_STEP_MS = 500
 WATCH_TIMEOUT_MS = 5_000
-#: A file is re-uploaded whole, so a big one waits at least this many times as
-#: long as its last upload took: one huge busy log cannot hog the uploads.
-UPLOAD_GAP_FACTOR = 5.0
-
-
-def _backoff(failures: int) -> float:
-    return min(BACKOFF_CAP, BACKOFF_BASE * 2.0 ** max(0, failures - 1))
-
-
-@dataclass
-class _Schedule:
-    """When a current-session file may be uploaded next."""
-
-    last_upload: float = -math.inf
-    gap: float = 0.0  # min seconds between two uploads of this file
-    failures: int = 0
-    retry_at: float = 0.0
-
-    def due(self) -> float:
-        return max(self.retry_at, self.last_upload + self.gap)
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    job: UploadJob
-    status: str  # shipped | vanished | changed | skipped | failed
-    started: float = 0.0
-    error: BaseException | None = None
-    uploaded: bool = False
-    seconds: float = 0.0
 
 
 class LogShipper:
@@ -97,7 +65,6 @@ class LogShipper:
         session_check_interval: float = 2.0,
         workers: int = 4,
     ) -> None:
-        self._store = store
         self._layout = layout
         self._cluster = cluster
         self._tmp_root = Path(tmp_root)
@@ -107,12 +74,13 @@ class LogShipper:
         self._on_session = on_session
         self._rescan_interval = rescan_interval
         self._session_check = session_check_interval
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-upload")
 
-        self._lock = threading.Lock()  # guards _dirty: the watcher thread adds to it
-        self._dirty: set[Path] = set()
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        # Dirty marks (the watcher thread adds to them), schedules, stored content, uploads.
+        self._state = UploadState(
+            store=store, metrics=metrics, upload_interval=upload_interval, stopping=self._stopping, workers=workers
+        )
         self._loop_thread: threading.Thread | None = None
         self._result: bool | None = None  # of stop()
         self._watch_thread: threading.Thread | None = None
@@ -121,22 +89,25 @@ class LogShipper:
 
         # Used by the loop thread only (and by stop() once the loop has ended).
         self._session_dir: Path | None = None
-        self._schedule: dict[Path, _Schedule] = {}
-        self._shipped: dict[str, tuple[int, int]] = {}  # key -> (size, mtime_ns) stored
         self._rejected: set[Path] = set()
         self._announced: set[str] = set()
         self._announce_retry_at = 0.0
         self._next_rescan = 0.0
+        self._last_rescan = 0.0
         self._prev_due = 0.0
         self._prev_failures = 0
-        self._store_retry_at = 0.0
-        self._store_failures = 0
         self._warned: set[str] = set()
-        self.files_shipped = 0
-        self.bytes_shipped = 0
         self.skipped_invalid = 0
 
     # ------------------------------------------------------------- public API
+    @property
+    def files_shipped(self) -> int:
+        return self._state.files_shipped
+
+    @property
+    def bytes_shipped(self) -> int:
+        return self._state.bytes_shipped
+
     def start(self) -> None:
         """Start the loop thread (it starts the watcher); returns at once."""
         if self._loop_thread is None:
@@ -161,7 +132,7 @@ class LogShipper:
             self._loop_thread.join(timeout=max(0.0, deadline - time.monotonic()))
             if self._loop_thread.is_alive():
                 logger.warning("log shipper: uploads still running at the deadline; logs NOT all shipped")
-                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._state.shutdown()
                 return False
         self._stop_watcher()  # the loop may have started one as stop() began
         files, size = self.files_shipped, self.bytes_shipped
@@ -173,7 +144,7 @@ class LogShipper:
             jobs = self._current_jobs(node, final=True) if node else []
             plan = self._plan_prev()
             self._announce_all(plan.sessions)
-            outcomes, left = self._run_jobs(jobs + plan.jobs, deadline)
+            outcomes, left = self._state.run(jobs + plan.jobs, deadline)
             for prev in plan.dirs:
                 prune_prev_logs_dir(prev, self._tmp_root / PREV_LOGS)
             failed = sum(o.status in ("failed", "changed") for o in outcomes)
@@ -182,7 +153,7 @@ class LogShipper:
             logger.exception("log shipper: final upload failed")
             complete = False
         finally:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._state.shutdown()
         logger.info(
             "log shipper stopped in %.1fs: final upload %d files (%d bytes), %d failed, %d not attempted; "
             "%d files (%d bytes) shipped in all, %d skipped as names the key layout rejects%s",
@@ -207,15 +178,19 @@ class LogShipper:
             node: str | None = None
             try:
                 self._check_session()
+                watching = self._watch_thread is not None and self._watch_thread.is_alive()
+                if not watching:
+                    # Without a watcher (it may have died just after the last check),
+                    # rescans every upload interval stand in for it.
+                    self._next_rescan = min(self._next_rescan, self._last_rescan + self._interval)
                 if now >= self._next_rescan:
                     self._rescan()
-                    # Without a watcher, rescans every upload interval stand in for it.
-                    watching = self._watch_thread is not None and self._watch_thread.is_alive()
+                    self._last_rescan = now
                     self._next_rescan = now + (self._rescan_interval if watching else self._interval)
                     self._prev_due = min(self._prev_due, now)
                 node = self._live_node()
-                if node and now >= self._store_retry_at:
-                    self._run_jobs(self._current_jobs(node, final=False), None)
+                if node and now >= self._state.store_retry_at:
+                    self._state.run(self._current_jobs(node, final=False), None)
                 if now >= self._prev_due:
                     self._prev_pass()
                 errors = 0
@@ -223,7 +198,7 @@ class LogShipper:
                 # Never let a bug or an odd file end log shipping for good.
                 errors += 1
                 logger.exception("log shipper loop error")
-            wake_at = self._next_wake(node is not None) if not errors else now + _backoff(errors)
+            wake_at = self._next_wake(node is not None) if not errors else now + backoff(errors)
             self._wake.wait(max(0.05, wake_at - time.monotonic()))
 
     def _next_wake(self, node_known: bool) -> float:
@@ -231,13 +206,7 @@ class LogShipper:
         wake = min(now + self._session_check, self._next_rescan, self._prev_due)
         if not node_known:
             return wake  # dirty files wait for the node id, which each tick asks for
-        with self._lock:
-            dirty = list(self._dirty)
-        due = math.inf
-        for path in dirty:
-            sched = self._schedule.get(path)
-            due = min(due, now if sched is None else sched.due())
-        return min(wake, max(due, self._store_retry_at))
+        return min(wake, self._state.next_due(now))
 
     def _live_node(self) -> str | None:
         """The node id to file logs under, or None while unknown."""
@@ -255,9 +224,7 @@ class LogShipper:
             old = self._session_dir
             self._stop_watcher()
             self._session_dir = resolved
-            with self._lock:
-                self._dirty.clear()
-            self._schedule.clear()
+            self._state.new_session()
             self._rejected.clear()
             logger.info("shipping logs of session %s%s", resolved.name, f" (previous: {old.name})" if old else "")
             self._next_rescan = 0.0  # rescan the new session now
@@ -318,13 +285,8 @@ class LogShipper:
             ):
                 if stop_event.is_set():
                     return
-                if changes:
-                    with self._lock:
-                        before = len(self._dirty)
-                        self._dirty.update(Path(raw) for _change, raw in changes)
-                        grew = len(self._dirty) > before
-                    if grew:
-                        self._wake.set()
+                if changes and self._state.mark_dirty(Path(raw) for _change, raw in changes):
+                    self._wake.set()
             problem: object = "the watcher ended"
         except Exception as exc:  # e.g. inotify limits
             problem = exc
@@ -341,10 +303,8 @@ class LogShipper:
         if self._session_dir is None:
             return
         found = {f.path for f in iter_log_files(self._session_dir / "logs")}
-        with self._lock:
-            self._dirty.update(found)
-        for gone in set(self._schedule) - found:
-            del self._schedule[gone]
+        self._state.mark_dirty(found)
+        self._state.keep_only(found)
 
     def _current_jobs(self, node: str, *, final: bool) -> list[UploadJob]:
         """Dirty files that are due (every changed file when ``final``)."""
@@ -354,15 +314,11 @@ class LogShipper:
             self._rescan()
         logs_dir = self._session_dir / "logs"
         now = time.monotonic()
-        with self._lock:
-            candidates = list(self._dirty)
         jobs: list[UploadJob] = []
-        for path in candidates:
-            sched = self._schedule.get(path)
-            if not final and sched and now < sched.due():
+        for path in self._state.dirty():
+            if not final and self._state.waits(path, now):
                 continue
-            with self._lock:
-                self._dirty.discard(path)  # an event during the upload marks it again
+            self._state.unmark(path)  # an event during the upload marks it again
             job = self._live_job(path, logs_dir, self._session_dir.name, node)
             if job is not None:
                 jobs.append(job)
@@ -372,14 +328,14 @@ class LogShipper:
         try:
             st = path.lstat()
         except OSError:
-            self._schedule.pop(path, None)
+            self._state.forget(path)
             return None
         relpath = relpath_of(path, logs_dir)
         if relpath is None or not stat.S_ISREG(st.st_mode):
             return None  # a directory, symlink, socket, or an event from elsewhere
         item = LogFile(path, relpath, st.st_size, st.st_mtime_ns)
         key = self._key_for(session, node, item)
-        if key is None or self._shipped.get(key) == (item.size, item.mtime_ns):
+        if key is None or self._state.shipped.get(key) == (item.size, item.mtime_ns):
             return None
         return UploadJob(item, key, live=True)
 
@@ -401,14 +357,14 @@ class LogShipper:
             self._session_dir,
             fallback_node=self._live_node,
             key_for=self._key_for,
-            shipped=self._shipped,
+            shipped=self._state.shipped,
             warn=self._warn_once,
         )
 
     def _prev_pass(self) -> None:
         plan = self._plan_prev()
         self._announce_all(plan.sessions)
-        outcomes, left = self._run_jobs(plan.jobs, None)
+        outcomes, left = self._state.run(plan.jobs, None)
         for prev in plan.dirs:
             prune_prev_logs_dir(prev, self._tmp_root / PREV_LOGS)
         if plan.complete and left == 0 and all(o.status == "shipped" for o in outcomes):
@@ -416,100 +372,7 @@ class LogShipper:
             self._prev_due = math.inf  # until the next rescan or session change
         else:
             self._prev_failures += 1
-            self._prev_due = time.monotonic() + _backoff(self._prev_failures)
-
-    # -------------------------------------------------------------- uploads
-    def _run_jobs(self, jobs: list[UploadJob], deadline: float | None) -> tuple[list[_Outcome], int]:
-        """Run jobs on the pool; with a deadline, stop waiting when it passes.
-        Returns the outcomes and how many jobs were not done."""
-        if not jobs:
-            return [], 0
-        futures = [self._pool.submit(self._execute, job, deadline) for job in jobs]
-        done, pending = wait(futures, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
-        for future in pending:
-            future.cancel()
-        outcomes = [f.result() for f in done]
-        self._apply(outcomes)
-        return outcomes, len(pending) + sum(o.status == "skipped" for o in outcomes)
-
-    def _execute(self, job: UploadJob, deadline: float | None) -> _Outcome:
-        """One upload, then for prev-logs the delete. Runs on the pool."""
-        now = time.monotonic()
-        if deadline is None and (self._stopping.is_set() or now < self._store_retry_at):
-            return _Outcome(job, "skipped")  # stop() or the storage back-off takes over
-        if deadline is not None and now >= deadline:
-            return _Outcome(job, "skipped")
-        seconds = 0.0
-        if job.upload:
-            try:
-                self._store.put_file(job.key, job.file.path)  # streamed, up to the size at open
-            except FileNotFoundError:
-                return _Outcome(job, "vanished", now)
-            except Exception as exc:
-                return _Outcome(job, "failed", now, exc)
-            finally:
-                seconds = time.monotonic() - now
-                self._metrics.upload_seconds.labels(what="log").observe(seconds)
-        if job.delete_after:
-            try:
-                st = job.file.path.lstat()
-                if (st.st_size, st.st_mtime_ns) != (job.file.size, job.file.mtime_ns):
-                    return _Outcome(job, "changed", now, uploaded=job.upload)  # ship again, then delete
-                job.file.path.unlink()
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                logger.debug("shipped %s but cannot delete it: %s", job.file.path, exc)
-        return _Outcome(job, "shipped", now, uploaded=job.upload, seconds=seconds)
-
-    def _apply(self, outcomes: list[_Outcome]) -> None:
-        """Record outcomes, on the thread that submitted the jobs."""
-        now = time.monotonic()
-        errors = [o.error for o in outcomes if o.error is not None]
-        for outcome in outcomes:
-            self._apply_one(outcome, now)
-        if any(isinstance(e, StorageUnavailableError) for e in errors):
-            # Storage is unreachable: back off as a whole, not file by file.
-            self._store_failures += 1
-            self._store_retry_at = now + _backoff(self._store_failures)
-        elif any(o.uploaded for o in outcomes):
-            self._store_failures = 0
-        if errors:
-            logger.warning(
-                "%d of %d log uploads failed, retrying with back-off; last error: %s",
-                len(errors),
-                len(outcomes),
-                errors[-1],
-            )
-
-    def _apply_one(self, outcome: _Outcome, now: float) -> None:
-        job, path = outcome.job, outcome.job.file.path
-        if outcome.uploaded:
-            self.files_shipped += 1
-            self.bytes_shipped += job.file.size
-            self._metrics.log_files_shipped.inc()
-            self._metrics.log_bytes_shipped.inc(job.file.size)
-        if outcome.error is not None:
-            self._metrics.upload_failures.labels(what="log", kind=type(outcome.error).__name__).inc()
-        if outcome.status == "shipped":
-            if job.delete_after and not path.exists():
-                self._shipped.pop(job.key, None)  # nothing local left to compare with
-            else:
-                # The size and mtime seen *before* the upload: bytes appended during
-                # it make the file differ, so they are shipped next time.
-                self._shipped[job.key] = (job.file.size, job.file.mtime_ns)
-            if job.live:
-                gap = max(self._interval, UPLOAD_GAP_FACTOR * outcome.seconds)
-                self._schedule[path] = _Schedule(last_upload=outcome.started, gap=gap)
-        elif outcome.status == "vanished":
-            self._schedule.pop(path, None)
-        elif job.live:  # failed or skipped: keep it dirty
-            with self._lock:
-                self._dirty.add(path)
-            if outcome.status == "failed":
-                sched = self._schedule.setdefault(path, _Schedule())
-                sched.failures += 1
-                sched.retry_at = now + _backoff(sched.failures)
+            self._prev_due = time.monotonic() + backoff(self._prev_failures)
 
     def _warn_once(self, tag: str, message: str) -> None:
         level = logging.DEBUG if tag in self._warned else logging.WARNING

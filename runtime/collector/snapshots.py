@@ -10,7 +10,8 @@ Compared with the reference:
 
 Everything runs in one background thread that sleeps on an Event between polls.
 Once stop is requested that thread never starts a storage write, so the final poll
-in :meth:`SnapshotRecorder.stop` always has the last word.
+in :meth:`SnapshotRecorder.stop` always has the last word. Which endpoints are
+fetched, and when each is due again, is in ``snapshot_endpoints.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 from runtime.collector.config import CollectorConfig
@@ -36,33 +37,29 @@ from runtime.collector.dashboard import (
 )
 from runtime.collector.discovery import IdentityChange, NodeIdentity
 from runtime.collector.metrics import CollectorMetrics
+from runtime.collector.snapshot_endpoints import (
+    BUILTIN_POLLED,
+    CLUSTER_METADATA_URI,
+    DATASETS_URI,
+    FETCH_ONCE,
+    JOBS_URI,
+    PLACEMENT_GROUPS_URI,
+    SERVE_URI,
+    TERMINAL_JOB_STATES,
+    TIMEZONE_URI,
+    DatasetPollState,
+    OnceState,
+    fresh_once_states,
+    polled_endpoints,
+)
 from runtime.storage.base import ObjectStore
 from runtime.storage.errors import InvalidKeyError, StorageError
-from runtime.storage.layout import KeyLayout, endpoint_storage_name
+from runtime.storage.layout import KeyLayout
 
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
-CLUSTER_METADATA_URI = "/api/v0/cluster_metadata"
-TIMEZONE_URI = "/timezone"
-SERVE_URI = "/api/serve/applications/"
-PLACEMENT_GROUPS_URI = "/api/v0/placement_groups?detail=1&limit=10000"
-JOBS_URI = "/api/jobs/"
-DATASETS_URI = "/api/data/datasets/{job_id}"
-
-FETCH_ONCE: tuple[tuple[str, str], ...] = ((CLUSTER_METADATA_URI, "cluster_metadata"), (TIMEZONE_URI, "timezone"))
-BUILTIN_POLLED: tuple[tuple[str, str], ...] = (
-    (SERVE_URI, "serve"),
-    (PLACEMENT_GROUPS_URI, "placement_groups"),
-    (JOBS_URI, "jobs"),
-)
-TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
-#: Empty dataset answers after a job turned terminal before it is given up on:
-#: stats can land slightly after the job ends, so one empty answer is not final.
-EMPTY_TERMINAL_CAP = 2
-BACKOFF_INITIAL = 5.0
-BACKOFF_MAX = 60.0
 #: How long stop() waits for the polling thread before polling itself.
 JOIN_TIMEOUT = 5.0
 #: Re-check cadence while the session is unknown or the marker is not written.
@@ -71,27 +68,6 @@ RETRY_IDLE = 5.0
 
 class _CancelledError(Exception):
     """Stop was requested (periodic) or the deadline passed (final)."""
-
-
-@dataclass
-class DatasetPollState:
-    """Per-session memory of the Ray Data per-job state machine (``collector.md`` §6.2)."""
-
-    terminal_stored: set[str] = field(default_factory=set)
-    empty_runs: dict[str, int] = field(default_factory=dict)
-
-    def should_fetch(self, job_id: str, final: bool) -> bool:
-        # Stored terminal jobs never again; the empty cap binds periodic polls only.
-        if job_id in self.terminal_stored:
-            return False
-        return final or self.empty_runs.get(job_id, 0) < EMPTY_TERMINAL_CAP
-
-    def record(self, job_id: str, terminal: bool, stored: bool) -> None:
-        # Empties while RUNNING/PENDING do not count: stats come as the job runs.
-        if terminal and stored:
-            self.terminal_stored.add(job_id)
-        elif terminal:
-            self.empty_runs[job_id] = self.empty_runs.get(job_id, 0) + 1
 
 
 @dataclass(frozen=True)
@@ -103,14 +79,6 @@ class _Pass:
 
 
 PERIODIC = _Pass()
-
-
-@dataclass
-class _OnceState:
-    stored: bool = False
-    gave_up: bool = False
-    backoff: float = BACKOFF_INITIAL
-    next_try: float = 0.0
 
 
 class SnapshotRecorder:
@@ -134,7 +102,9 @@ class SnapshotRecorder:
         self._dashboard = dashboard
         self._metrics = metrics
         self._clock = clock
-        self._polled = self._polled_endpoints(config.additional_endpoints)
+        self._polled, invalid = polled_endpoints(config.additional_endpoints)
+        for uri, exc in invalid:
+            logger.warning("RAY_COLLECTOR_ADDITIONAL_ENDPOINTS: ignoring %r: %s", uri, exc)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -145,27 +115,10 @@ class SnapshotRecorder:
         self._markers: set[str] = set()
         self._session: str | None = None
         self._datasets = DatasetPollState()
-        self._once: dict[str, _OnceState] = {uri: _OnceState() for uri, _ in FETCH_ONCE}
+        self._once: dict[str, OnceState] = fresh_once_states()
         self._next_poll = 0.0
         self._errors = ErrorOnce(logger)
         identity.add_listener(self._on_identity_change)
-
-    @staticmethod
-    def _polled_endpoints(extras: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-        """Built-ins then extras, deduplicated by storage key (two URIs with one key
-        would overwrite each other); invalid extras are dropped with a warning."""
-        seen = {endpoint_storage_name(uri) for uri, _ in BUILTIN_POLLED}
-        result = list(BUILTIN_POLLED)
-        for uri in extras:
-            try:
-                key = endpoint_storage_name(uri)
-            except InvalidKeyError as exc:
-                logger.warning("RAY_COLLECTOR_ADDITIONAL_ENDPOINTS: ignoring %r: %s", uri, exc)
-                continue
-            if key not in seen:
-                seen.add(key)
-                result.append((uri, "extra"))
-        return tuple(result)
 
     @property
     def polled_endpoints(self) -> tuple[str, ...]:
@@ -269,7 +222,7 @@ class SnapshotRecorder:
                 logger.info("snapshots now go to session %s (was %s)", session, self._session)
             self._session = session
             self._datasets = DatasetPollState()
-            self._once = {uri: _OnceState() for uri, _ in FETCH_ONCE}
+            self._once = fresh_once_states()
             self._next_poll = 0.0
 
         self._commit(reset, mode)
@@ -362,7 +315,7 @@ class SnapshotRecorder:
         self._metrics.snapshots.labels(endpoint=name, outcome=outcome).inc()
 
     # -------------------------------------------------------------- fetching
-    def _fetch_once(self, session: str, uri: str, name: str, state: _OnceState, mode: _Pass) -> None:
+    def _fetch_once(self, session: str, uri: str, name: str, state: OnceState, mode: _Pass) -> None:
         resp, auth_refused = self._get(uri, name, mode)
         if auth_refused:
             state.gave_up = True  # permanent for this session; a new session starts over
@@ -374,8 +327,7 @@ class SnapshotRecorder:
         elif resp is not None:
             stored = self._save(session, uri, name, resp.body, mode, on_stored=lambda: setattr(state, "stored", True))
         if not stored:
-            state.next_try = self._clock() + state.backoff
-            state.backoff = min(state.backoff * 2, BACKOFF_MAX)
+            state.retry_later(self._clock())
 
     def _poll(self, session: str, mode: _Pass) -> None:
         """One pass over the polled endpoints, then the per-job datasets."""
@@ -418,3 +370,19 @@ class SnapshotRecorder:
             self._commit(lambda: state.record(job_id, terminal, stored=False), mode)
             return
         self._save(session, uri, "datasets", resp.body, mode, on_stored=lambda: state.record(job_id, terminal, True))
+
+
+__all__ = [
+    "SnapshotRecorder",
+    # Re-exported from snapshot_endpoints, where they now live.
+    "BUILTIN_POLLED",
+    "CLUSTER_METADATA_URI",
+    "DATASETS_URI",
+    "FETCH_ONCE",
+    "JOBS_URI",
+    "PLACEMENT_GROUPS_URI",
+    "SERVE_URI",
+    "TERMINAL_JOB_STATES",
+    "TIMEZONE_URI",
+    "DatasetPollState",
+]

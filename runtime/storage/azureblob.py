@@ -25,7 +25,6 @@ from azure.core.exceptions import (
 )
 from azure.core.paging import ItemPaged
 from azure.core.pipeline.transport import RequestsTransport
-from azure.identity import CredentialUnavailableError, DefaultAzureCredential, WorkloadIdentityCredential
 from azure.storage.blob import BlobPrefix, BlobProperties, ContainerClient
 from urllib3.util.retry import Retry
 
@@ -182,6 +181,10 @@ class AzureBlobStore(ObjectStore):
 
     @staticmethod
     def _make_credential(settings: AzureBlobSettings) -> TokenCredential:
+        # Imported here: azure-identity (msal, cryptography) costs ~20 MiB of RSS,
+        # and a connection-string setup never needs it.
+        from azure.identity import DefaultAzureCredential, WorkloadIdentityCredential
+
         if settings.auth_mode == "workload_identity":
             return WorkloadIdentityCredential(
                 tenant_id=settings.tenant_id or "",
@@ -259,7 +262,7 @@ class AzureBlobStore(ObjectStore):
             logger.info("container %s already exists", self.bucket)
 
     def _classify(self, exc: BaseException) -> ErrorKind:
-        if isinstance(exc, CredentialUnavailableError):
+        if isinstance(exc, ClientAuthenticationError):  # incl. azure-identity's CredentialUnavailableError
             return ErrorKind.PERMANENT
         transient = (ServiceRequestError, ServiceResponseError, IncompleteReadError, ConnectionError, TimeoutError)
         if isinstance(exc, transient):  # connection refused/reset, timeouts, bodies cut short

@@ -135,6 +135,15 @@ class RayHead:
                 return entry.name.rsplit("_", 1)[1]
         raise RuntimeError("no node id in the session directory")
 
+    def gcs_address(self) -> str:
+        """``node_ip:port`` of the GCS as Ray wrote it to ``{tmp_root}/ray_current_cluster``
+        (independent of any code under test)."""
+        return (self.tmp_root / "ray_current_cluster").read_text().strip()
+
+    def node_ip(self) -> str:
+        """The node IP Ray reports for the head, as in :meth:`gcs_address`."""
+        return self.gcs_address().rsplit(":", 1)[0]
+
     def submit(self, entrypoint: str, working_dir: Path, submission_id: str, timeout: float = 300.0) -> str:
         """``ray job submit`` and wait for a terminal status; returns it."""
         subprocess.run(

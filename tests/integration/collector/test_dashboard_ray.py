@@ -1,10 +1,9 @@
 """Node identity and dashboard snapshots against a real Ray 2.60 head.
 
-One head per module, started with ``ray start --head --block`` in a unique short
-temp dir on free ports. It is stopped by sending SIGTERM to that one ``ray start``
-process (which shuts down everything it launched), then any leftover process whose
-command line names our temp dir is killed by PID. ``ray stop --force`` is not used:
-it kills every Ray process of the user, including other suites' clusters.
+One head per module, from the shared launcher (``tests/integration/ray_harness.py``):
+``ray start --head --block`` on loopback, in a unique short temp dir on free ports,
+stopped by signalling its own process group only (never ``ray stop``, which would
+stop other suites' clusters too).
 """
 
 from __future__ import annotations
@@ -12,16 +11,10 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
-import os
-import secrets
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -43,117 +36,47 @@ from runtime.storage.config import StorageConfig
 from runtime.storage.errors import ObjectNotFoundError
 from runtime.storage.layout import ClusterRef, KeyLayout
 from runtime.storage.local import LocalStore
+from tests.integration.emulators.base import free_port
+from tests.integration.ray_harness import RayHead, ray_available, wait_until
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not importable in this environment"),
+    pytest.mark.skipif(not ray_available(), reason="ray 2.60 is not installed in this environment"),
     pytest.mark.timeout(180),
 ]
 
 CLUSTER = ClusterRef(namespace="ns", name="live")
 START_TIMEOUT = 60.0
+#: A documentation address (RFC 5737): no Ray node ever reports it.
+UNMATCHED_IP = "192.0.2.1"
 
 
-@dataclass(frozen=True)
-class RayHead:
-    temp_dir: Path
-    gcs_address: str
-    dashboard_url: str
-    node_ip: str
-    session_dir: Path
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def _ray_cli() -> str:
-    beside = Path(sys.executable).with_name("ray")
-    found = str(beside) if beside.exists() else shutil.which("ray")
-    if not found:
-        pytest.skip("the ray CLI is not installed next to this interpreter")
-    return found
-
-
-def _processes_using(temp_dir: Path) -> list[int]:
-    import psutil  # type: ignore[import-untyped]
-
-    pids = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        with contextlib.suppress(psutil.Error):
-            if any(str(temp_dir) in arg for arg in proc.info["cmdline"] or ()):
-                pids.append(proc.info["pid"])
-    return [pid for pid in pids if pid != os.getpid()]
-
-
-def _stop_head(proc: subprocess.Popen[bytes], temp_dir: Path) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(40)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-    for pid in _processes_using(temp_dir):  # only what our head started
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-def _wait_until_ready(proc: subprocess.Popen[bytes], temp_dir: Path, dashboard_url: str) -> Path:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"ray start exited with {proc.returncode}")
-        session = resolve_session_latest(temp_dir)
-        ready = session is not None and raylet_socket_alive(session) and (temp_dir / "ray_current_cluster").exists()
-        if session is not None and ready:
-            with contextlib.suppress(requests.RequestException, ValueError, KeyError):
-                body = requests.get(f"{dashboard_url}/api/v0/nodes?limit=10000", timeout=5).json()
-                if any(n["state"] == "ALIVE" for n in body["data"]["result"]["result"]):
-                    return session
-        time.sleep(0.5)
-    raise RuntimeError(f"Ray head not ready within {START_TIMEOUT:.0f} s")
+def _node_ready(head: RayHead) -> bool:
+    """The raylet answers on its socket, Ray wrote ``ray_current_cluster``, and the
+    dashboard lists the node as ALIVE (the dashboard alone comes up earlier)."""
+    session = resolve_session_latest(head.tmp_root)
+    if session is None or not raylet_socket_alive(session) or not (head.tmp_root / "ray_current_cluster").exists():
+        return False
+    with contextlib.suppress(requests.RequestException, ValueError, KeyError):
+        body = requests.get(f"{head.dashboard_url}/api/v0/nodes?limit=10000", timeout=5).json()
+        return any(n["state"] == "ALIVE" for n in body["data"]["result"]["result"])
+    return False
 
 
 @pytest.fixture(scope="module")
 def ray_head() -> Iterator[RayHead]:
-    temp_dir = Path(f"/tmp/rh-{secrets.token_hex(3)}")  # short: unix socket paths are limited
-    temp_dir.mkdir()
-    gcs, dash, agent_http, agent_grpc, metrics, client, runtime_env = _free_ports(7)
-    log = temp_dir.with_suffix(".log")
-    cmd = [
-        _ray_cli(), "start", "--head", "--block", f"--port={gcs}", f"--dashboard-port={dash}",
-        "--dashboard-host=127.0.0.1", "--include-dashboard=true", "--num-cpus=1", f"--temp-dir={temp_dir}",
-        "--disable-usage-stats", f"--dashboard-agent-listen-port={agent_http}",
-        f"--dashboard-agent-grpc-port={agent_grpc}", f"--metrics-export-port={metrics}",
-        f"--ray-client-server-port={client}", f"--runtime-env-agent-port={runtime_env}",
-    ]  # fmt: skip
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    # Ray exports its events there; nothing listens, Ray just retries.
+    head = RayHead(export_url=f"http://127.0.0.1:{free_port()}/v1/events")
     try:
-        dashboard_url = f"http://127.0.0.1:{dash}"
         try:
-            session = _wait_until_ready(proc, temp_dir, dashboard_url)
-        except RuntimeError as exc:
-            pytest.fail(f"{exc}\n{log.read_text(errors='replace')[-3000:]}")
-        # Ray picks the host's address even on a loopback-only setup; it writes the
-        # GCS address (node IP:port) here, independently of the code under test.
-        gcs_address = (temp_dir / "ray_current_cluster").read_text().strip()
-        yield RayHead(temp_dir, gcs_address, dashboard_url, gcs_address.rsplit(":", 1)[0], session)
+            head.start()
+            wait_until(lambda: _node_ready(head), START_TIMEOUT, "the Ray head node to be ALIVE")
+        except (RuntimeError, TimeoutError) as exc:
+            pytest.fail(f"{exc}\n{head.log_path.read_text(errors='replace')[-3000:]}")
+        yield head
     finally:
-        _stop_head(proc, temp_dir)
-        log.unlink(missing_ok=True)
+        head.cleanup()
+        head.log_path.unlink(missing_ok=True)
 
 
 def _config(tmp_path: Path, tmp_root: Path, **overrides: object) -> CollectorConfig:
@@ -169,12 +92,12 @@ def _config(tmp_path: Path, tmp_root: Path, **overrides: object) -> CollectorCon
 
 
 def test_node_id_from_session_dir_and_nodes_api_agree(ray_head: RayHead, tmp_path: Path) -> None:
-    from_dir = NodeIdentity(_config(tmp_path, ray_head.temp_dir), None)
+    from_dir = NodeIdentity(_config(tmp_path, ray_head.tmp_root), None)
     assert from_dir.refresh() is True
     node = from_dir.node_id()
     assert node is not None and len(node) == 56
-    assert node == node_id_from_session_dir(ray_head.session_dir)
-    assert from_dir.session_name() == ray_head.session_dir.name
+    assert node == node_id_from_session_dir(ray_head.session_dir())
+    assert from_dir.session_name() == ray_head.session_dir().name
     assert (
         from_dir.session_name()
         == requests.get(f"{ray_head.dashboard_url}/api/version", timeout=10).json()["session_name"]
@@ -183,32 +106,30 @@ def test_node_id_from_session_dir_and_nodes_api_agree(ray_head: RayHead, tmp_pat
     # An empty temp root: only the dashboard can answer.
     empty = tmp_path / "empty-root"
     empty.mkdir()
-    port = ray_head.dashboard_url.rsplit(":", 1)[1]
-    config = _config(tmp_path, empty, pod_ip=ray_head.node_ip, fq_ray_ip=f"127.0.0.1:{port}")
+    port = ray_head.dashboard_port
+    config = _config(tmp_path, empty, pod_ip=ray_head.node_ip(), fq_ray_ip=f"127.0.0.1:{port}")
     via_api = NodeIdentity(config, DashboardClient.for_head(config))
     via_api.refresh()
     assert via_api.node_id() == node
     assert via_api.session_name() is None
 
-    # POD_IP=127.0.0.1 matches only if Ray reports loopback as the node IP (it
-    # reports the host address here), and then the session dir stands in.
-    loopback = _config(tmp_path, ray_head.temp_dir, pod_ip="127.0.0.1", fq_ray_ip=f"127.0.0.1:{port}")
-    by_loopback = NodeIdentity(loopback, DashboardClient.for_head(loopback))
-    by_loopback.refresh()
-    assert by_loopback.node_id() == node
+    # A POD_IP the dashboard lists no node for: the session dir stands in.
+    unmatched = _config(tmp_path, ray_head.tmp_root, pod_ip=UNMATCHED_IP, fq_ray_ip=f"127.0.0.1:{port}")
+    by_session_dir = NodeIdentity(unmatched, DashboardClient.for_head(unmatched))
+    by_session_dir.refresh()
+    assert by_session_dir.node_id() == node
 
 
 def _run_driver(ray_head: RayHead) -> None:
     """A short driver job that creates and removes a placement group."""
     script = (
         "import ray\n"
-        f"ray.init(address={ray_head.gcs_address!r}, log_to_driver=False)\n"
+        f"ray.init(address={ray_head.gcs_address()!r}, log_to_driver=False)\n"
         "pg = ray.util.placement_group([{'CPU': 1}], name='hs-it-pg')\n"
         "ray.get(pg.ready(), timeout=60)\n"
         "ray.util.remove_placement_group(pg)\n"
     )
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=90, env=env, capture_output=True)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=90, env=ray_head.env, capture_output=True)
 
 
 def test_snapshots_from_the_live_dashboard(ray_head: RayHead, tmp_path: Path) -> None:
@@ -216,10 +137,10 @@ def test_snapshots_from_the_live_dashboard(ray_head: RayHead, tmp_path: Path) ->
     (tmp_path / "bucket").mkdir()
     store = LocalStore(tmp_path / "bucket")
     layout = KeyLayout("")
-    config = _config(tmp_path, ray_head.temp_dir, dashboard_address=ray_head.dashboard_url)
+    config = _config(tmp_path, ray_head.tmp_root, dashboard_address=ray_head.dashboard_url)
     identity = NodeIdentity(config, None)
     identity.refresh()
-    session = ray_head.session_dir.name
+    session = ray_head.session_dir().name
     metrics = CollectorMetrics()
     recorder = SnapshotRecorder(
         config=config,

@@ -490,3 +490,21 @@ def test_without_a_watcher_rescans_take_over(env: Env, monkeypatch: pytest.Monke
     time.sleep(0.3)
     (env.logs / "worker-late.out").write_bytes(b"late\n")
     wait_for(holds(env.store, key(SESSION_A, NODE_A, "worker-late.out"), b"late\n"), timeout=3)
+
+
+def test_a_watcher_dying_late_still_hands_over_to_rescans(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watcher fails after the loop checked it was alive: rescans still take
+    over within the upload interval, not after the 5-minute safety-net rescan."""
+
+    def dies_soon(*_args: object, **_kwargs: object) -> Iterator[set[tuple[int, str]]]:
+        time.sleep(0.3)
+        raise OSError(errno.ENOSPC, "inotify watch limit reached")
+        yield set()  # a generator, like watchfiles.watch
+
+    monkeypatch.setattr("runtime.collector.logs.watchfiles.watch", dies_soon)
+    shipper = env.shipper()
+    shipper.start()
+    time.sleep(0.6)  # the watcher has died by now
+    (env.logs / "worker-later.out").write_bytes(b"later\n")
+    wait_for(holds(env.store, key(SESSION_A, NODE_A, "worker-later.out"), b"later\n"), timeout=3)
+    shipper.stop(time.monotonic() + 5)

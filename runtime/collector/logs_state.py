@@ -1,0 +1,231 @@
+"""Per-file state of log shipping, and the uploads that change it.
+
+:class:`UploadState` is what :class:`~runtime.collector.logs.LogShipper` remembers
+between passes: which files are dirty, when each current-session file may be
+uploaded next (at most every ``upload_interval``, longer for files whose upload is
+slow), which content is already stored, and the back-off of storage as a whole.
+:meth:`UploadState.run` uploads a batch of :class:`UploadJob` on a thread pool
+(streamed; prev-logs files deleted once stored) and records the outcomes.
+
+The dirty marks may come from any thread (the watcher adds to them); everything
+else is used by one thread at a time (the shipper's loop thread, then ``stop()``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+from runtime.collector.logs_prev import UploadJob
+from runtime.collector.metrics import CollectorMetrics
+from runtime.storage.base import ObjectStore
+from runtime.storage.errors import StorageUnavailableError
+
+logger = logging.getLogger(__name__)
+
+BACKOFF_BASE = 1.0
+BACKOFF_CAP = 60.0
+#: A file is re-uploaded whole, so a big one waits at least this many times as
+#: long as its last upload took: one huge busy log cannot hog the uploads.
+UPLOAD_GAP_FACTOR = 5.0
+
+
+def backoff(failures: int) -> float:
+    return min(BACKOFF_CAP, BACKOFF_BASE * 2.0 ** max(0, failures - 1))
+
+
+@dataclass
+class Schedule:
+    """When a current-session file may be uploaded next."""
+
+    last_upload: float = -math.inf
+    gap: float = 0.0  # min seconds between two uploads of this file
+    failures: int = 0
+    retry_at: float = 0.0
+
+    def due(self) -> float:
+        return max(self.retry_at, self.last_upload + self.gap)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    job: UploadJob
+    status: str  # shipped | vanished | changed | skipped | failed
+    started: float = 0.0
+    error: BaseException | None = None
+    uploaded: bool = False
+    seconds: float = 0.0
+
+
+class UploadState:
+    """Dirty marks, per-file schedules, stored content and storage back-off, plus
+    the pool that runs the uploads."""
+
+    def __init__(
+        self,
+        *,
+        store: ObjectStore,
+        metrics: CollectorMetrics,
+        upload_interval: float,
+        stopping: threading.Event,
+        workers: int,
+    ) -> None:
+        self._store = store
+        self._metrics = metrics
+        self._interval = upload_interval
+        self._stopping = stopping
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-upload")
+        self._lock = threading.Lock()  # guards _dirty: the watcher thread adds to it
+        self._dirty: set[Path] = set()
+        self._schedule: dict[Path, Schedule] = {}
+        self.shipped: dict[str, tuple[int, int]] = {}  # key -> (size, mtime_ns) stored
+        self.store_retry_at = 0.0
+        self._store_failures = 0
+        self.files_shipped = 0
+        self.bytes_shipped = 0
+
+    # ----------------------------------------------------------- dirty marks
+    def mark_dirty(self, paths: Iterable[Path]) -> bool:
+        """Mark ``paths`` dirty (from any thread); True when that added any."""
+        with self._lock:
+            before = len(self._dirty)
+            self._dirty.update(paths)
+            return len(self._dirty) > before
+
+    def unmark(self, path: Path) -> None:
+        with self._lock:
+            self._dirty.discard(path)  # an event during the upload marks it again
+
+    def dirty(self) -> list[Path]:
+        with self._lock:
+            return list(self._dirty)
+
+    def new_session(self) -> None:
+        """Forget every file of the previous session."""
+        with self._lock:
+            self._dirty.clear()
+        self._schedule.clear()
+
+    # ------------------------------------------------------------- schedules
+    def waits(self, path: Path, now: float) -> bool:
+        """Whether a scheduled file is not due yet (an unscheduled one is due)."""
+        sched = self._schedule.get(path)
+        return sched is not None and now < sched.due()
+
+    def next_due(self, now: float) -> float:
+        """When the earliest dirty file may be uploaded (inf when none is dirty)."""
+        due = math.inf
+        for path in self.dirty():
+            sched = self._schedule.get(path)
+            due = min(due, now if sched is None else sched.due())
+        return max(due, self.store_retry_at)
+
+    def forget(self, path: Path) -> None:
+        self._schedule.pop(path, None)
+
+    def keep_only(self, found: set[Path]) -> None:
+        """Drop the schedules of files that no longer exist."""
+        for gone in set(self._schedule) - found:
+            del self._schedule[gone]
+
+    # --------------------------------------------------------------- uploads
+    def run(self, jobs: list[UploadJob], deadline: float | None) -> tuple[list[Outcome], int]:
+        """Run jobs on the pool; with a deadline, stop waiting when it passes.
+        Returns the outcomes and how many jobs were not done."""
+        if not jobs:
+            return [], 0
+        futures = [self._pool.submit(self._execute, job, deadline) for job in jobs]
+        done, pending = wait(futures, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        for future in pending:
+            future.cancel()
+        outcomes = [f.result() for f in done]
+        self._apply(outcomes)
+        return outcomes, len(pending) + sum(o.status == "skipped" for o in outcomes)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _execute(self, job: UploadJob, deadline: float | None) -> Outcome:
+        """One upload, then for prev-logs the delete. Runs on the pool."""
+        now = time.monotonic()
+        if deadline is None and (self._stopping.is_set() or now < self.store_retry_at):
+            return Outcome(job, "skipped")  # stop() or the storage back-off takes over
+        if deadline is not None and now >= deadline:
+            return Outcome(job, "skipped")
+        seconds = 0.0
+        if job.upload:
+            try:
+                self._store.put_file(job.key, job.file.path)  # streamed, up to the size at open
+            except FileNotFoundError:
+                return Outcome(job, "vanished", now)
+            except Exception as exc:
+                return Outcome(job, "failed", now, exc)
+            finally:
+                seconds = time.monotonic() - now
+                self._metrics.upload_seconds.labels(what="log").observe(seconds)
+        if job.delete_after:
+            try:
+                st = job.file.path.lstat()
+                if (st.st_size, st.st_mtime_ns) != (job.file.size, job.file.mtime_ns):
+                    return Outcome(job, "changed", now, uploaded=job.upload)  # ship again, then delete
+                job.file.path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                logger.debug("shipped %s but cannot delete it: %s", job.file.path, exc)
+        return Outcome(job, "shipped", now, uploaded=job.upload, seconds=seconds)
+
+    def _apply(self, outcomes: list[Outcome]) -> None:
+        """Record outcomes, on the thread that submitted the jobs."""
+        now = time.monotonic()
+        errors = [o.error for o in outcomes if o.error is not None]
+        for outcome in outcomes:
+            self._apply_one(outcome, now)
+        if any(isinstance(e, StorageUnavailableError) for e in errors):
+            # Storage is unreachable: back off as a whole, not file by file.
+            self._store_failures += 1
+            self.store_retry_at = now + backoff(self._store_failures)
+        elif any(o.uploaded for o in outcomes):
+            self._store_failures = 0
+        if errors:
+            logger.warning(
+                "%d of %d log uploads failed, retrying with back-off; last error: %s",
+                len(errors),
+                len(outcomes),
+                errors[-1],
+            )
+
+    def _apply_one(self, outcome: Outcome, now: float) -> None:
+        job, path = outcome.job, outcome.job.file.path
+        if outcome.uploaded:
+            self.files_shipped += 1
+            self.bytes_shipped += job.file.size
+            self._metrics.log_files_shipped.inc()
+            self._metrics.log_bytes_shipped.inc(job.file.size)
+        if outcome.error is not None:
+            self._metrics.upload_failures.labels(what="log", kind=type(outcome.error).__name__).inc()
+        if outcome.status == "shipped":
+            if job.delete_after and not path.exists():
+                self.shipped.pop(job.key, None)  # nothing local left to compare with
+            else:
+                # The size and mtime seen *before* the upload: bytes appended during
+                # it make the file differ, so they are shipped next time.
+                self.shipped[job.key] = (job.file.size, job.file.mtime_ns)
+            if job.live:
+                gap = max(self._interval, UPLOAD_GAP_FACTOR * outcome.seconds)
+                self._schedule[path] = Schedule(last_upload=outcome.started, gap=gap)
+        elif outcome.status == "vanished":
+            self._schedule.pop(path, None)
+        elif job.live:  # failed or skipped: keep it dirty
+            with self._lock:
+                self._dirty.add(path)
+            if outcome.status == "failed":
+                sched = self._schedule.setdefault(path, Schedule())
+                sched.failures += 1
+                sched.retry_at = now + backoff(sched.failures)
