@@ -42,7 +42,7 @@ AUTH_MODES = ("connection_string", "workload_identity", "default")
 DEFAULT_CONTAINER = "ray-historyserver"
 # Blocks of 8 MiB, two in flight: a 2 GiB upload needs ~1/4 of the 50,000-block
 # limit and holds a few blocks in memory.
-_BLOCK_SIZE = 8 * 1024 * 1024
+_BLOCK_SIZE = 4 * 1024 * 1024
 _PAGE_SIZE = 1000
 # urllib3 keeps 10 connections per host by default; collector threads times
 # max_concurrency exceed that and churn connections (with a warning each).

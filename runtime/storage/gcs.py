@@ -23,7 +23,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 from google.cloud.storage.exceptions import DataCorruption, InvalidResponse
 
-from runtime.storage.base import DEFAULT_CHUNK_SIZE, ErrorKind, Listing, ObjectInfo, ObjectStore, read_full
+from runtime.storage.base import ErrorKind, Listing, ObjectInfo, ObjectStore, read_full
 from runtime.storage.errors import PermanentStorageError, StorageConfigError
 from runtime.storage.retry import RetryPolicy
 from runtime.storage.settings import SettingSource
@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 TIMEOUT = (5.0, 60.0)
 #: Resumable-upload chunk: must be a multiple of 256 KiB; bounds upload memory.
 #: Payloads up to 8 MiB (the SDK's multipart limit) go single-shot.
-UPLOAD_CHUNK_SIZE = DEFAULT_CHUNK_SIZE
+UPLOAD_CHUNK_SIZE = 4 * 1024 * 1024
 #: Objects per list call (the API maximum is 1000).
 PAGE_SIZE = 1000
 _LIST_FIELDS = "items(name,size,updated,generation),prefixes,nextPageToken"

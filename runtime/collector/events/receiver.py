@@ -114,14 +114,14 @@ class EventReceiver:
                 except OSError as exc:
                     logger.error("spooling an event batch failed: %s", exc)
                     return _json(500, {"error": f"local spool write failed: {exc.strerror or exc}"})
-            return _json(200, {"accepted": len(batch.accepted), "quarantined": len(batch.rejected)})
+            return _json(200, {"accepted": batch.accepted, "quarantined": len(batch.rejected)})
         finally:
             with self._count_lock:
                 self._in_flight -= 1
 
     def _store(self, batch: ParsedBatch) -> None:
-        self.spool.write(((e.target, e.line) for e in batch.accepted), fallback_node=self.fallback_node())
-        for event_type, count in Counter(e.event_type for e in batch.accepted).items():
+        self.spool.write(batch.groups, fallback_node=self.fallback_node())
+        for event_type, count in batch.type_counts.items():
             self.metrics.events_accepted.labels(event_type=event_type).inc(count)
         if batch.rejected:
             self.quarantine.add(batch.rejected)

@@ -20,7 +20,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,19 +106,19 @@ class Spool:
         self._files += delta_files
 
     # ---------------------------------------------------------------- writes
-    def write(self, events: Iterable[tuple[SpoolTarget, bytes]], fallback_node: str | None = None) -> int:
-        """Append events (one JSON object per line) and make them durable.
+    def write(self, groups: Mapping[SpoolTarget, list[bytes]], fallback_node: str | None = None) -> int:
+        """Append JSON lines, grouped by target, and make them durable.
 
-        Events without a node go under ``fallback_node`` (the collector's own, if
+        Lines without a node go under ``fallback_node`` (the collector's own, if
         known) or ``_unknown`` until one is known. Raises OSError on a disk
         failure; the affected file is rotated away so the next batch starts clean.
         """
         grouped: dict[SpoolTarget, list[bytes]] = {}
-        for original, line in events:
+        for original, lines in groups.items():
             target = original
             if original.node is None and fallback_node is not None:
                 target = SpoolTarget(original.session, fallback_node, original.job)
-            grouped.setdefault(target, []).append(line)
+            grouped.setdefault(target, []).extend(lines)
         if not grouped:
             return 0
         written = 0

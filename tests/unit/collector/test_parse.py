@@ -10,6 +10,7 @@ import pytest
 
 from runtime.collector.events.parse import (
     BatchRejected,
+    ParsedBatch,
     SpoolTarget,
     job_of,
     parse_batch,
@@ -32,23 +33,28 @@ def event(**fields: object) -> dict[str, object]:
     return base
 
 
+def lines_of(batch: ParsedBatch) -> list[tuple[SpoolTarget, dict[str, object]]]:
+    return [(target, orjson.loads(line)) for target, lines in batch.groups.items() for line in lines]
+
+
 def test_every_real_batch_parses_without_rejects() -> None:
     accepted = 0
     for body in accepted_batches():
         batch = parse_batch(body)
         assert batch.rejected == []
-        accepted += len(batch.accepted)
+        assert sum(batch.type_counts.values()) == batch.accepted
+        accepted += batch.accepted
     assert accepted == len(all_events())
 
 
 def test_real_events_group_like_the_reference() -> None:
     counts: Counter[str] = Counter()
     for body in accepted_batches():
-        for accepted in parse_batch(body).accepted:
-            kind = "node" if accepted.target.job is None else "job"
-            counts[f"{accepted.event_type}:{kind}"] += 1
-            assert accepted.target.session == SESSION
-            assert accepted.target.node is not None and len(accepted.target.node) == 56
+        for target, event in lines_of(parse_batch(body)):
+            kind = "node" if target.job is None else "job"
+            counts[f"{event['eventType']}:{kind}"] += 1
+            assert target.session == SESSION
+            assert target.node is not None and len(target.node) == 56
     # Node, actor lifecycle and worker events have no job: node_events.
     assert counts["NODE_DEFINITION_EVENT:job"] == 0
     assert counts["ACTOR_LIFECYCLE_EVENT:job"] == 0
@@ -65,10 +71,10 @@ def test_real_events_group_like_the_reference() -> None:
 
 def test_lines_keep_every_field() -> None:
     original = event(taskDefinitionEvent={"jobId": "AgAAAA==", "taskId": "x", "big": "18446744073709551615"})
-    batch = parse_batch(orjson.dumps([original]))
-    assert orjson.loads(batch.accepted[0].line) == original
+    [(target, stored)] = lines_of(parse_batch(orjson.dumps([original])))
+    assert stored == original
     node = "a97633a20aef6ff9f509164f8d53954d97d76bbf07ab6169e0533e8e"
-    assert batch.accepted[0].target == SpoolTarget(SESSION, node, "02000000")
+    assert target == SpoolTarget(SESSION, node, "02000000")
 
 
 @pytest.mark.parametrize(
@@ -89,7 +95,8 @@ def test_job_of(payload: dict[str, object], expected: str | None) -> None:
 
 def test_node_types_ignore_nested_job() -> None:
     node_event = event(eventType="NODE_DEFINITION_EVENT", taskDefinitionEvent={"jobId": "AQAAAA=="})
-    assert parse_batch(orjson.dumps([node_event])).accepted[0].target.job is None
+    [(target, _event)] = lines_of(parse_batch(orjson.dumps([node_event])))
+    assert target.job is None
 
 
 @pytest.mark.parametrize(
@@ -130,7 +137,8 @@ def test_invalid_events_are_quarantined_not_fatal() -> None:
         "invalid_session_name",
         "not_an_object",
     ]
-    assert [a.event_type for a in batch.accepted] == ["TASK_DEFINITION_EVENT", "OTHER"]
+    assert batch.type_counts == {"TASK_DEFINITION_EVENT": 1, "OTHER": 1}
+    assert batch.accepted == 2
 
 
 @pytest.mark.parametrize("body", [b"not json", b'{"a": 1}', b'"text"', b"[1, 2", b""])
@@ -142,4 +150,4 @@ def test_bodies_that_are_not_arrays_are_rejected(body: bytes) -> None:
 @pytest.mark.parametrize("body", [b"[]", b"null"])
 def test_empty_batches(body: bytes) -> None:
     batch = parse_batch(body)
-    assert batch.accepted == [] and batch.rejected == []
+    assert batch.accepted == 0 and batch.rejected == []

@@ -31,7 +31,7 @@ def test_events_are_grouped_per_session_node_and_job(tmp_path: Path) -> None:
     spool, ready = make(tmp_path)
     job = SpoolTarget(S, NODE, "02000000")
     node = SpoolTarget(S, NODE, None)
-    assert spool.write([(job, b'{"a":1}'), (node, b'{"n":1}'), (job, b'{"a":2}')]) == 3
+    assert spool.write({job: [b'{"a":1}', b'{"a":2}'], node: [b'{"n":1}']}) == 3
     spool.rotate_all()
     by_job = {r.job: r for r in ready}
     assert by_job["02000000"].path.read_bytes() == b'{"a":1}\n{"a":2}\n'
@@ -43,8 +43,8 @@ def test_events_are_grouped_per_session_node_and_job(tmp_path: Path) -> None:
 
 def test_node_falls_back_then_unknown(tmp_path: Path) -> None:
     spool, ready = make(tmp_path)
-    spool.write([(SpoolTarget(S, None, None), b"{}")], fallback_node="b" * 56)
-    spool.write([(SpoolTarget(S, None, "01000000"), b"{}")], fallback_node=None)
+    spool.write({SpoolTarget(S, None, None): [b"{}"]}, fallback_node="b" * 56)
+    spool.write({SpoolTarget(S, None, "01000000"): [b"{}"]}, fallback_node=None)
     spool.rotate_all()
     assert sorted(str(r.node) for r in ready) == ["None", "b" * 56]
     unknown = next(r for r in ready if r.node is None)
@@ -54,25 +54,25 @@ def test_node_falls_back_then_unknown(tmp_path: Path) -> None:
 def test_rotation_by_size_happens_on_the_write_path(tmp_path: Path) -> None:
     spool, ready = make(tmp_path, max_file_size=100)
     target = SpoolTarget(S, NODE, None)
-    spool.write([(target, b"x" * 60)])
+    spool.write({target: [b"x" * 60]})
     assert ready == []
-    spool.write([(target, b"y" * 60)])
+    spool.write({target: [b"y" * 60]})
     assert len(ready) == 1 and ready[0].size == 122
-    spool.write([(target, b"z")])
+    spool.write({target: [b"z"]})
     spool.rotate_all()
     assert len(ready) == 2 and ready[1].path != ready[0].path
 
 
 def test_rotation_by_age(tmp_path: Path) -> None:
     spool, ready = make(tmp_path, rotation_interval=0.0)
-    spool.write([(SpoolTarget(S, NODE, None), b"{}")])
+    spool.write({SpoolTarget(S, NODE, None): [b"{}"]})
     assert spool.rotate_due() == 1
     assert len(ready) == 1
 
 
 def test_release_deletes_and_accounts(tmp_path: Path) -> None:
     spool, ready = make(tmp_path)
-    spool.write([(SpoolTarget(S, NODE, "01000000"), b"{}" * 10)])
+    spool.write({SpoolTarget(S, NODE, "01000000"): [b"{}" * 10]})
     spool.rotate_all()
     assert spool.used_bytes > 0 and spool.file_count == 1
     spool.release(ready[0])
@@ -82,7 +82,7 @@ def test_release_deletes_and_accounts(tmp_path: Path) -> None:
 
 def test_compress_replaces_the_file_atomically(tmp_path: Path) -> None:
     spool, ready = make(tmp_path)
-    spool.write([(SpoolTarget(S, NODE, None), b'{"k":"v"}')] * 100)
+    spool.write({SpoolTarget(S, NODE, None): [b'{"k":"v"}'] * 100})
     spool.rotate_all()
     gz = spool.compress(ready[0])
     assert gz.compressed and gz.path.name.endswith(".jsonl.gz")
@@ -94,8 +94,8 @@ def test_compress_replaces_the_file_atomically(tmp_path: Path) -> None:
 def test_resume_after_a_crash(tmp_path: Path) -> None:
     spool, _ = make(tmp_path)
     target = SpoolTarget(S, NODE, "02000000")
-    spool.write([(target, b'{"a":1}'), (target, b'{"a":2}')])
-    spool.write([(SpoolTarget(S, None, None), b'{"u":1}')])
+    spool.write({target: [b'{"a":1}', b'{"a":2}']})
+    spool.write({SpoolTarget(S, None, None): [b'{"u":1}']})
     active = next((tmp_path / "spool").rglob("*.jsonl.open"))
     # simulate the process dying while an unacknowledged batch was half-written
     with open(active, "ab") as fh:
@@ -130,16 +130,16 @@ def test_resume_prefers_a_finished_gzip_twin(tmp_path: Path) -> None:
 def test_write_failure_rotates_the_wedged_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spool, ready = make(tmp_path)
     target = SpoolTarget(S, NODE, None)
-    spool.write([(target, b'{"ok":1}')])
+    spool.write({target: [b'{"ok":1}']})
 
     def broken(fd: int, data: bytes) -> int:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("runtime.collector.events.spool.os.write", broken)
     with pytest.raises(OSError):
-        spool.write([(target, b'{"lost":1}')])
+        spool.write({target: [b'{"lost":1}']})
     monkeypatch.undo()
     assert len(ready) == 1 and ready[0].path.read_bytes() == b'{"ok":1}\n'  # salvaged
-    spool.write([(target, b'{"next":1}')])  # a fresh file
+    spool.write({target: [b'{"next":1}']})  # a fresh file
     spool.rotate_all()
     assert ready[1].path.read_bytes() == b'{"next":1}\n'
