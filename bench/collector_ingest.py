@@ -69,14 +69,23 @@ def make_batches(size: int, count: int) -> list[bytes]:
     return batches
 
 
-async def load(url: str, batches: list[bytes], seconds: float, connections: int) -> tuple[int, int, list[float]]:
+async def load(
+    url: str, batches: list[bytes], seconds: float, connections: int, batches_per_second: float = 0.0
+) -> tuple[int, int, list[float]]:
     acked_batches, other, latencies = 0, 0, []
-    stop_at = time.monotonic() + seconds
+    started_at = time.monotonic()
+    stop_at = started_at + seconds
+    sent = 0
 
     async def worker(session: aiohttp.ClientSession, offset: int) -> None:
-        nonlocal acked_batches, other
+        nonlocal acked_batches, other, sent
         i = offset
         while time.monotonic() < stop_at:
+            if batches_per_second:  # paced: the n-th batch leaves at n / rate
+                delay = started_at + sent / batches_per_second - time.monotonic()
+                sent += 1
+                if delay > 0:
+                    await asyncio.sleep(delay)
             body = batches[i % len(batches)]
             i += connections
             started = time.perf_counter()
@@ -100,6 +109,7 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--no-fsync", action="store_true")
     parser.add_argument("--backend", default="local", choices=sorted(EMULATORS))
+    parser.add_argument("--rate", type=float, default=0.0, help="events/s to offer (0 = as fast as it acknowledges)")
     args = parser.parse_args()
     cores = sorted(os.sched_getaffinity(0))
 
@@ -145,7 +155,9 @@ def main() -> int:
         rss_start = proc_status(proc.pid, "VmRSS")
         cpu_start = cpu_seconds(proc.pid)
         wall_start = time.monotonic()
-        acked, other, latencies = asyncio.run(load(url, batches, args.seconds, args.connections))
+        acked, other, latencies = asyncio.run(
+            load(url, batches, args.seconds, args.connections, args.rate / args.batch if args.rate else 0.0)
+        )
         wall = time.monotonic() - wall_start
         cpu = cpu_seconds(proc.pid) - cpu_start
         rss_peak = proc_status(proc.pid, "VmHWM")
@@ -163,7 +175,9 @@ def main() -> int:
         p50, p99 = latencies[len(latencies) // 2] * 1000, latencies[int(len(latencies) * 0.99)] * 1000
         verdict = "all acknowledged events stored" if stored >= events else "MISSING EVENTS"
         fsync = "off" if args.no_fsync else "on"
-        print(f"batches of {args.batch} events, {args.connections} connections, fsync {fsync}, {args.backend}")
+        offered = f"{args.rate:,.0f} events/s offered" if args.rate else "as fast as acknowledged"
+        shape = f"batches of {args.batch} events, {args.connections} connections"
+        print(f"{shape}, fsync {fsync}, {args.backend}, {offered}")
         print(f"acknowledged events/s      {events / wall:>12,.0f}   ({events:,} in {wall:.1f} s; non-200: {other})")
         print(f"collector CPU              {cpu / wall * 100:>11.0f}%  of one core (pinned to core {cores[0]})")
         print(f"events/s per busy core-s   {events / max(cpu, 1e-9):>12,.0f}")

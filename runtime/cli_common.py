@@ -16,25 +16,20 @@ from runtime.storage.errors import StorageConfigError, StorageError
 logger = logging.getLogger(__name__)
 
 
-def limit_malloc_arenas(arenas: int = 2, mmap_threshold: int = 1024 * 1024) -> None:
-    """Keep glibc from holding memory a small sidecar has already freed.
-
-    * Arenas: each thread that allocates would otherwise get its own arena, each
-      keeping fragmented, unreturned memory.
-    * mmap threshold: glibc raises it after a large block is freed, so later
-      upload chunks (several MiB) come from the heap and stay resident. A fixed
-      threshold keeps them mmap'd: returned to the OS as soon as they are freed.
-
-    ``MALLOC_ARENA_MAX`` / ``MALLOC_MMAP_THRESHOLD_`` in the environment win."""
+def limit_malloc_arenas(arenas: int = 2) -> None:
+    """Cap glibc's per-thread malloc arenas. Each thread that allocates would
+    otherwise get its own arena, and a sidecar with a few threads keeps tens of
+    MiB of fragmented, unreturned memory (measured: 74 -> 61 MiB peak under load).
+    ``MALLOC_ARENA_MAX`` in the environment wins. (A fixed mmap threshold was
+    tried too: it cost 30% of ingest throughput for a few MiB.)"""
+    if os.environ.get("MALLOC_ARENA_MAX"):
+        return
     try:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
         return  # not glibc (musl, macOS): nothing to tune
-    m_mmap_threshold, m_arena_max = -3, -8
-    if not os.environ.get("MALLOC_ARENA_MAX"):
-        libc.mallopt(m_arena_max, arenas)
-    if not os.environ.get("MALLOC_MMAP_THRESHOLD_"):
-        libc.mallopt(m_mmap_threshold, mmap_threshold)
+    m_arena_max = -8
+    libc.mallopt(m_arena_max, arenas)
 
 
 class JsonFormatter(logging.Formatter):

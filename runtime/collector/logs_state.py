@@ -32,8 +32,10 @@ logger = logging.getLogger(__name__)
 BACKOFF_BASE = 1.0
 BACKOFF_CAP = 60.0
 #: A file is re-uploaded whole, so a big one waits at least this many times as
-#: long as its last upload took: one huge busy log cannot hog the uploads.
-UPLOAD_GAP_FACTOR = 5.0
+#: long as its last upload took: one huge busy log cannot hog the uploads ...
+UPLOAD_GAP_FACTOR = 2.0
+#: ... but on slow storage it is never left stale for longer than this.
+MAX_UPLOAD_GAP = 600.0
 
 
 def backoff(failures: int) -> float:
@@ -218,7 +220,7 @@ class UploadState:
                 # it make the file differ, so they are shipped next time.
                 self.shipped[job.key] = (job.file.size, job.file.mtime_ns)
             if job.live:
-                gap = max(self._interval, UPLOAD_GAP_FACTOR * outcome.seconds)
+                gap = max(self._interval, min(MAX_UPLOAD_GAP, UPLOAD_GAP_FACTOR * outcome.seconds))
                 self._schedule[path] = Schedule(last_upload=outcome.started, gap=gap)
         elif outcome.status == "vanished":
             self._schedule.pop(path, None)
