@@ -55,6 +55,10 @@ def events_in(store: ObjectStore) -> list[dict[str, object]]:
     return events
 
 
+def local_storage(bucket: Path) -> dict[str, str]:
+    return {"STORAGE_BACKEND": "local", "LOCAL_STORAGE_DIR": str(bucket), "STORAGE_CREATE_BUCKET": "true"}
+
+
 class Setup:
     def __init__(self, tmp: Path, storage_env: dict[str, str], **collector_env: str) -> None:
         self.port = free_port()
@@ -142,8 +146,7 @@ def test_storage_down_for_a_minute_with_a_tiny_spool_loses_nothing(tmp_path: Pat
 
 def test_collector_killed_and_restarted_loses_nothing(tmp_path: Path) -> None:
     bucket = tmp_path / "bucket"
-    storage = {"STORAGE_BACKEND": "local", "LOCAL_STORAGE_DIR": str(bucket), "STORAGE_CREATE_BUCKET": "true"}
-    setup = Setup(tmp_path, storage)
+    setup = Setup(tmp_path, local_storage(bucket))
     try:
         submission = setup.submit(waves=8)
         wait_until(lambda: len(setup.proxy.acknowledged_events()) > 300, 120, "events to flow")
@@ -168,8 +171,7 @@ def test_collector_killed_and_restarted_loses_nothing(tmp_path: Path) -> None:
 
 def test_garbage_mid_stream_is_refused_or_quarantined_and_ray_keeps_flowing(tmp_path: Path) -> None:
     bucket = tmp_path / "bucket"
-    storage = {"STORAGE_BACKEND": "local", "LOCAL_STORAGE_DIR": str(bucket), "STORAGE_CREATE_BUCKET": "true"}
-    setup = Setup(tmp_path, storage)
+    setup = Setup(tmp_path, local_storage(bucket))
     try:
         submission = setup.submit(waves=4)
         url = f"http://127.0.0.1:{setup.port}/v1/events"
