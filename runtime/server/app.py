@@ -1,0 +1,71 @@
+"""The Flask app factory (``create_app(config)``): no globals, one Services value."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from flask import Flask, Response, g, request
+
+from runtime.server.config import ServerConfig
+from runtime.server.context import EXTENSION, Services
+from runtime.server.errors import register_error_handlers
+from runtime.server.index.cache import IndexCache
+from runtime.server.live.discovery import LiveDirectory, live_directory_from_config
+from runtime.server.metrics import ServerMetrics
+from runtime.storage.base import ObjectStore
+from runtime.storage.config import open_store
+
+logger = logging.getLogger(__name__)
+
+
+def create_app(
+    config: ServerConfig,
+    *,
+    store: ObjectStore | None = None,
+    live: LiveDirectory | None = None,
+    metrics: ServerMetrics | None = None,
+) -> Flask:
+    """Build the history server. ``store``/``live``/``metrics`` may be passed in by
+    tests; by default they come from ``config``."""
+    app = Flask(__name__, static_folder=None)
+    app.url_map.strict_slashes = False  # go-restful ignores trailing slashes; so do we
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+
+    store = store if store is not None else open_store(config.storage)
+    metrics = metrics if metrics is not None else ServerMetrics()
+    layout = config.storage.layout
+    indexes = IndexCache(config, store=store, layout=layout, metrics=metrics)
+    live = live if live is not None else live_directory_from_config(config)
+    app.extensions[EXTENSION] = Services(
+        config=config, store=store, layout=layout, indexes=indexes, live=live, metrics=metrics
+    )
+
+    register_error_handlers(app)
+    _register_blueprints(app)
+    _instrument(app, metrics)
+    return app
+
+
+def _register_blueprints(app: Flask) -> None:
+    from runtime.server.views import clusters, endpoints, health, logs, state, tasks, ui
+
+    for module in (health, clusters, tasks, state, logs, endpoints, ui):
+        app.register_blueprint(module.bp)
+
+
+def _instrument(app: Flask, metrics: ServerMetrics) -> None:
+    @app.before_request
+    def _start_timer() -> None:
+        g.started = time.perf_counter()
+
+    @app.after_request
+    def _observe(response: Response) -> Response:
+        started: Any = g.get("started")
+        if started is not None:
+            rule = request.url_rule.rule if request.url_rule is not None else "unmatched"
+            metrics.request_seconds.labels(rule, request.method, f"{response.status_code // 100}xx").observe(
+                time.perf_counter() - started
+            )
+        return response

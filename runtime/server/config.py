@@ -1,0 +1,77 @@
+"""Everything the history server is configured with, as one typed value.
+
+Built by :mod:`runtime.server.cli` from flags and environment, passed to
+:func:`runtime.server.app.create_app`; nothing reads the environment later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runtime.storage.config import StorageConfig
+
+DEFAULT_PORT = 8080
+DEFAULT_CACHE_MAX_BYTES = 20 * 1024**3
+#: How long an indexed session is trusted before its object listing is compared
+#: again (late log uploads, a collector that finished after the cluster died).
+DEFAULT_FRESHNESS_SECONDS = 30.0
+#: Live-cluster proxy timeout (the reference's); log streams are exempt.
+DEFAULT_PROXY_TIMEOUT = 30.0
+#: Sessions whose event objects exceed this many bytes are indexed in a child
+#: process, so the server's own RSS stays small after a big build.
+DEFAULT_SUBPROCESS_BUILD_BYTES = 64 * 1024**2
+
+
+@dataclass(frozen=True)
+class LiveClusterURL:
+    """A live cluster given on the command line (``--live-cluster ns/name=URL``)."""
+
+    namespace: str
+    name: str
+    url: str
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """History-server settings.
+
+    Attributes:
+        storage: where the collector's objects are (``runtime.storage``).
+        cache_dir: per-session SQLite indexes; survives restarts, shared by workers.
+        cache_max_bytes: soft bound on the index directory; least recently used
+            indexes are deleted beyond it (the one being built is never counted out).
+        freshness_seconds: re-list a session's objects at most this often to notice
+            late uploads (0 = on every request that opens the session).
+        build_timeout: upper bound for one cold index build.
+        subprocess_build_bytes: event bytes above which a build runs in a child process.
+        live_clusters: static live clusters (outside Kubernetes or in addition to it).
+        kubernetes: ``auto`` (in-cluster config when available), ``in-cluster``,
+            ``kubeconfig`` (``kubeconfig`` path or the default one) or ``off``.
+        cluster_domain: DNS suffix for ``{service}.{namespace}.svc.{domain}``.
+        dashboard_dir: the Ray Dashboard static build (``None`` = find it in the
+            installed ``ray`` package; missing = UI routes answer 404 with a hint).
+        clusters_limit: stored sessions listed by ``/clusters`` (newest first).
+        proxy_timeout: seconds for a proxied live request (log streams excepted).
+        secure_cookies: add ``Secure`` to the selection cookies (behind HTTPS).
+    """
+
+    storage: StorageConfig
+    cache_dir: Path
+    host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on all interfaces
+    port: int = DEFAULT_PORT
+    workers: int = 1
+    threads: int = 8
+    cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES
+    freshness_seconds: float = DEFAULT_FRESHNESS_SECONDS
+    build_timeout: float = 900.0
+    subprocess_build_bytes: int = DEFAULT_SUBPROCESS_BUILD_BYTES
+    live_clusters: tuple[LiveClusterURL, ...] = ()
+    kubernetes: str = "auto"
+    kubeconfig: str | None = None
+    cluster_domain: str = "cluster.local"
+    dashboard_dir: Path | None = None
+    clusters_limit: int = 1000
+    proxy_timeout: float = DEFAULT_PROXY_TIMEOUT
+    secure_cookies: bool = False
+    extra: dict[str, str] = field(default_factory=dict)

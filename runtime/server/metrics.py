@@ -1,0 +1,65 @@
+"""Prometheus metrics of the history server (``/metrics``).
+
+A private registry per app, so tests can build many apps in one process. With
+more than one gunicorn worker, ``PROMETHEUS_MULTIPROC_DIR`` switches the client to
+its multi-process mode (set up by :mod:`runtime.server.gunicorn_conf`).
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+LOAD_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0)
+
+
+class ServerMetrics:
+    """The counters and histograms the server updates."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.request_seconds = Histogram(
+            "historyserver_request_duration_seconds",
+            "Request latency by route template and status class.",
+            ["route", "method", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.cache_requests = Counter(
+            "historyserver_index_cache_requests_total",
+            "Session index lookups: hit (indexed and fresh), miss (built), refresh (objects re-listed).",
+            ["result"],
+            registry=r,
+        )
+        self.session_load_seconds = Histogram(
+            "historyserver_session_load_duration_seconds",
+            "Time to build one session index (cold load).",
+            ["mode"],
+            buckets=LOAD_BUCKETS,
+            registry=r,
+        )
+        self.index_builds = Counter(
+            "historyserver_index_builds_total", "Index builds by outcome.", ["outcome"], registry=r
+        )
+        self.evictions = Counter(
+            "historyserver_index_evictions_total", "Indexes deleted to respect --cache-max-size.", registry=r
+        )
+        self.proxied = Counter(
+            "historyserver_live_proxy_requests_total",
+            "Requests proxied to live clusters, by outcome.",
+            ["outcome"],
+            registry=r,
+        )
+
+    def exposition(self) -> bytes:
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            return bytes(generate_latest(registry))
+        return bytes(generate_latest(self.registry))

@@ -1,0 +1,5 @@
+"""Placeholder blueprint (filled in by its owner)."""
+
+from flask import Blueprint
+
+bp = Blueprint("tasks", __name__)
