@@ -10,7 +10,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STORAGE_DIR ?= .ray-history
 
-.PHONY: demo test test-fast lint typecheck venv node-deps clean bench
+.PHONY: demo test test-fast lint typecheck venv node-deps system-deps clean bench
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required, found " + sys.version.split()[0]'
@@ -27,6 +27,12 @@ node_modules/.installed: package.json package-lock.json
 
 node-deps: node_modules/.installed
 
+# Debian's chromium drives the Dashboard UI tests (Playwright never downloads a browser).
+system-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
 demo: venv
 	$(PY) -m runtime.storage check --storage-backend=local --local-storage-dir=$(STORAGE_DIR) --create-bucket
 	@echo
@@ -34,12 +40,12 @@ demo: venv
 	@echo
 	$(VENV)/bin/historyserver --help
 
-test: venv node-deps
+test: venv node-deps system-deps
 	$(VENV)/bin/ruff check runtime infra tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest
 
-test-fast: venv node-deps
+test-fast: venv node-deps system-deps
 	$(VENV)/bin/pytest -m "not slow"
 
 lint: venv

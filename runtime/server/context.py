@@ -103,7 +103,7 @@ def session_route(view: Callable[..., Response]) -> View:
         if selection.is_live:
             from runtime.server.live.proxy import proxy_request
 
-            response = proxy_request(svc, selection, request)
+            response: Response = proxy_request(svc, selection, request)
         else:
             ctx = SessionContext(selection, svc)
             g.session_context = ctx

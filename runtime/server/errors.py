@@ -30,9 +30,7 @@ class SessionLoadError(Exception):
 
 
 def json_error(status: int, msg: str, headers: dict[str, str] | None = None) -> Response:
-    response = Response(
-        orjson.dumps({"result": False, "msg": msg}), status=status, mimetype="application/json"
-    )
+    response = Response(orjson.dumps({"result": False, "msg": msg}), status=status, mimetype="application/json")
     for name, value in (headers or {}).items():
         response.headers[name] = value
     response.headers["X-Content-Type-Options"] = "nosniff"

@@ -100,6 +100,4 @@ def set_selection_cookies(response: Response, selection: Selection, *, secure: b
         COOKIE_OWNER_NAME: selection.owner_name,
     }
     for name, value in values.items():
-        response.set_cookie(
-            name, value, max_age=COOKIE_MAX_AGE, path="/", httponly=True, samesite="Lax", secure=secure
-        )
+        response.set_cookie(name, value, max_age=COOKIE_MAX_AGE, path="/", httponly=True, samesite="Lax", secure=secure)

@@ -26,7 +26,7 @@ from http.client import HTTPConnection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from runtime.storage.layout import is_event_file_name
+from runtime.storage.layout import ClusterRef, is_event_file_name
 from tests.integration.emulators.base import REPO_ROOT, free_port, wait_for_port
 
 SAMPLES = REPO_ROOT.parent / "shared" / "ray-samples"
@@ -77,7 +77,10 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: f
 class RayHead:
     """``ray start --head --block`` on loopback with free ports and its own temp dir."""
 
-    def __init__(self, export_url: str, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, export_url: str, extra_env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()
+    ) -> None:
+        self.extra_args = extra_args
         # Unix socket paths are limited to ~107 bytes: keep the temp root short.
         self.tmp_root = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp"))
         self.gcs_port = free_port()
@@ -109,6 +112,7 @@ class RayHead:
             "--num-cpus=2",
             f"--temp-dir={self.tmp_root}",
             "--disable-usage-stats",
+            *self.extra_args,
         ]  # fmt: skip
         with open(self.log_path, "wb") as log:
             self._proc = subprocess.Popen(
@@ -180,6 +184,27 @@ class RayHead:
 
 
 # ------------------------------------------------------------- collector
+def collector_env(bucket: Path, ray: RayHead, cluster: ClusterRef, **extra: str) -> dict[str, str]:
+    """A head collector writing to a local bucket, with short intervals for tests."""
+    return {
+        "STORAGE_BACKEND": "local",
+        "LOCAL_STORAGE_DIR": str(bucket),
+        "STORAGE_CREATE_BUCKET": "true",
+        "STORAGE_ROOT_DIR": "hist",
+        "RAY_CLUSTER_NAME": cluster.name,
+        "RAY_CLUSTER_NAMESPACE": cluster.namespace,
+        "RAY_ROLE": "head",
+        "RAY_TMP_ROOT": str(ray.tmp_root),
+        "RAY_DASHBOARD_ADDRESS": ray.dashboard_url,
+        "RAY_COLLECTOR_EVENT_DATA_DIR": str(bucket.parent / "spool"),
+        "RAY_COLLECTOR_POLL_INTERVAL": "2s",
+        "RAY_COLLECTOR_LOG_UPLOAD_INTERVAL": "2s",
+        "RAY_COLLECTOR_EVENT_ROTATION_INTERVAL": "3s",
+        "LOG_LEVEL": "INFO",
+        **extra,
+    }
+
+
 class CollectorProcess:
     """``python -m runtime.collector.cli`` configured by environment only."""
 

@@ -138,4 +138,6 @@ def write_sample_session(
     if endpoints and run == RUN_A:
         write_endpoints(store, layout, cluster, session)
     store.put_bytes(layout.marker_key(cluster, session), b"")
-    return StoredSample(cluster=cluster, session=session, node_id=node, session_prefix=layout.session_prefix(cluster, session))
+    return StoredSample(
+        cluster=cluster, session=session, node_id=node, session_prefix=layout.session_prefix(cluster, session)
+    )

@@ -158,13 +158,13 @@ CREATE TABLE IF NOT EXISTS computed (
 
 #: meta keys (all values TEXT; numbers as decimal strings, structures as JSON).
 META_SCHEMA_VERSION = "schema_version"
-META_EVENTS_FINGERPRINT = "events_fingerprint"   # digest of event objects (key, size, version)
+META_EVENTS_FINGERPRINT = "events_fingerprint"  # digest of event objects (key, size, version)
 META_OBJECTS_FINGERPRINT = "objects_fingerprint"  # digest of every object in the session
-META_BUILT_AT = "built_at"                        # Unix seconds
+META_BUILT_AT = "built_at"  # Unix seconds
 META_BUILD_SECONDS = "build_seconds"
-META_SESSION = "session"                          # session name
-META_CLUSTER = "cluster"                          # JSON {namespace, name, owner_kind, owner_name}
-META_STATS = "stats"                              # JSON: files, events, bad_lines, bad_events, by_type, unreadable_files
+META_SESSION = "session"  # session name
+META_CLUSTER = "cluster"  # JSON {namespace, name, owner_kind, owner_name}
+META_STATS = "stats"  # JSON: files, events, bad_lines, bad_events, by_type, unreadable_files
 
 
 def splice_detail(brief_json: bytes, extra_json: bytes) -> bytes:

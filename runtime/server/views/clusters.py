@@ -1,5 +1,234 @@
-"""Placeholder blueprint (filled in by its owner)."""
+"""Cluster listing and selection (server.md 4.1, 5): ``/clusters``,
+``/enter_cluster/...`` and the ``/select_cluster`` picker page.
 
-from flask import Blueprint
+Differences from the reference, on purpose:
+
+* stored sessions come from a short-TTL marker listing, not a listing per request;
+* ``/clusters`` says ``X-Live-Discovery: unavailable`` when live clusters could not
+  be listed (the body stays a JSON array) and takes ``?namespace=&name=`` filters;
+* ``/enter_cluster`` builds the session's index before answering (no 503 until
+  re-entering) and lets an *older* stored session of a running cluster be entered:
+  only ``latest``/``live`` resolve to the live cluster;
+* the picker page loads its script and style from this server (no inline code),
+  under a CSP without ``'unsafe-inline'``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+
+import orjson
+from flask import Blueprint, Response, redirect, request
+from werkzeug.wrappers import Response as BaseResponse
+
+from runtime.server.context import services
+from runtime.server.errors import ApiError
+from runtime.server.live.discovery import LiveCluster, LiveDiscoveryError
+from runtime.server.selection import LATEST, LIVE, Selection, set_selection_cookies
+from runtime.server.sessions import StoredSession, stored_sessions
+from runtime.storage.errors import InvalidKeyError, StorageError
+from runtime.storage.layout import (
+    CLUSTER_KINDS,
+    OWNER_KINDS,
+    RAYCLUSTER,
+    session_created_at,
+    validate_k8s_name,
+    validate_namespace,
+    validate_session_name,
+)
+
+logger = logging.getLogger(__name__)
 
 bp = Blueprint("clusters", __name__)
+
+PICKER_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+_ASSETS = {
+    "select_cluster.html": "text/html; charset=utf-8",
+    "select_cluster.js": "text/javascript; charset=utf-8",
+    "select_cluster.css": "text/css; charset=utf-8",
+}
+
+
+# ------------------------------------------------------------------ /clusters
+def _go_time(moment: datetime) -> str:
+    """Go's default ``time.Time`` format, as the reference prints live clusters."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S +0000 UTC")
+
+
+def live_entry(cluster: LiveCluster) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "name": cluster.name,
+        "namespace": cluster.namespace,
+        "sessionName": LIVE,
+        "createTime": _go_time(cluster.created_at),
+        "createTimeStamp": int(cluster.created_at.timestamp()),
+    }
+    kind = (cluster.owner_kind or "").lower()
+    if kind in OWNER_KINDS and cluster.owner_name:
+        entry["ownerKind"] = kind
+        entry["ownerName"] = cluster.owner_name
+    return entry
+
+
+def stored_entry(stored: StoredSession) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "name": stored.cluster.name,
+        "namespace": stored.cluster.namespace,
+        "sessionName": stored.session,
+        "createTime": stored.created_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "createTimeStamp": int(stored.created_at.timestamp()),
+    }
+    if stored.cluster.has_owner:
+        entry["ownerKind"] = stored.cluster.owner_kind
+        entry["ownerName"] = stored.cluster.owner_name
+    return entry
+
+
+def _wanted(entry: dict[str, Any], namespace: str | None, name: str | None) -> bool:
+    if namespace and entry["namespace"] != namespace:
+        return False
+    return not name or name in (entry["name"], entry.get("ownerName"))
+
+
+@bp.get("/clusters")
+def list_clusters() -> Response:
+    """Live clusters first (``sessionName: "live"``), then stored sessions, newest first."""
+    svc = services()
+    namespace = request.args.get("namespace") or None
+    name = request.args.get("name") or None
+    headers: dict[str, str] = {}
+    entries: list[dict[str, Any]] = []
+    try:
+        listing = svc.live.list_clusters()
+        live_ok, live = listing.available, listing.clusters
+        if not live_ok:
+            logger.warning("live cluster discovery unavailable: %s", listing.error)
+    except Exception:  # a broken directory must not take the stored sessions down
+        logger.exception("listing live clusters failed")
+        live_ok, live = False, []
+    if not live_ok:
+        headers["X-Live-Discovery"] = "unavailable"
+    entries.extend(e for e in map(live_entry, live) if _wanted(e, namespace, name))
+    try:
+        stored = stored_sessions().current()
+    except StorageError as exc:
+        logger.warning("listing stored sessions failed: %s", exc)
+        headers["X-Stored-Sessions"] = "unavailable"
+        stored = []
+    limit = max(0, svc.config.clusters_limit)
+    matching = (e for e in map(stored_entry, stored) if _wanted(e, namespace, name))
+    entries.extend(itertools.islice(matching, limit))
+    response = Response(orjson.dumps(entries, option=orjson.OPT_INDENT_2), mimetype="application/json")
+    response.headers.update(headers)
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+# ------------------------------------------------------------- /enter_cluster
+@bp.get("/enter_cluster/<namespace>/<kind>/<name>")
+@bp.get("/enter_cluster/<namespace>/<kind>/<name>/<session>")
+def enter_cluster(namespace: str, kind: str, name: str, session: str = LATEST) -> Response:
+    kind_l = kind.lower()
+    if kind_l not in CLUSTER_KINDS:
+        raise ApiError(400, f'unsupported resource kind: "{kind[:64]}" (must be raycluster, rayjob, or rayservice)')
+    try:
+        validate_namespace(namespace)
+        validate_k8s_name(name, "name")
+    except InvalidKeyError as exc:
+        raise ApiError(400, str(exc)) from None
+    if session not in (LATEST, LIVE, ""):
+        try:
+            validate_session_name(session)
+        except InvalidKeyError:
+            raise ApiError(400, f'invalid session name: "{session[:128]}"') from None
+        if session_created_at(session) is None:
+            raise ApiError(400, f'invalid session name: "{session[:128]}"')
+
+    selection = _resolve(namespace, kind_l, name, session)
+    body = {"result": "success", "name": selection.name, "namespace": selection.namespace, "session": selection.session}
+    response = Response(orjson.dumps(body), mimetype="application/json")
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    set_selection_cookies(response, selection, secure=services().config.secure_cookies)
+    return response
+
+
+def _resolve(namespace: str, kind: str, name: str, session: str) -> Selection:
+    svc = services()
+    if session in (LATEST, LIVE, ""):
+        live = _find_live(namespace, kind, name)
+        if live is not None:
+            owner_kind = (live.owner_kind or "").lower()
+            owner_name = live.owner_name
+            if owner_kind not in OWNER_KINDS or not owner_name:
+                # Found through the owner's labels but no controller reference: trust the URL.
+                owner_kind, owner_name = (kind, name) if kind != RAYCLUSTER else (RAYCLUSTER, "")
+            return Selection(live.namespace, live.name, LIVE, owner_kind, owner_name)
+        if session == LIVE:
+            raise ApiError(404, f"cluster {namespace}/{kind}/{name} is not running (no live RayCluster found)")
+    stored = stored_sessions().find(namespace, kind, name, session)
+    if stored is None:
+        raise ApiError(404, f"cluster {namespace}/{kind}/{name} with session {session or LATEST} not found")
+    # Build (or validate) the index now, so the Dashboard's first requests are fast
+    # and a broken session is reported here rather than on every page.
+    svc.indexes.ensure(stored.cluster, stored.session)
+    cluster = stored.cluster
+    return Selection(cluster.namespace, cluster.name, stored.session, cluster.owner_kind, cluster.owner_name)
+
+
+def _find_live(namespace: str, kind: str, name: str) -> LiveCluster | None:
+    live = services().live
+    try:
+        if kind == RAYCLUSTER:
+            return live.get(namespace, name)
+        return live.find_for_owner(namespace, kind, name)
+    except LiveDiscoveryError as exc:
+        # No silent fallback to storage: a running cluster's stored session is stale.
+        logger.warning("live lookup of %s/%s/%s failed: %s", namespace, kind, name, exc)
+        raise ApiError(
+            503,
+            f"cannot tell whether {namespace}/{kind}/{name} is running ({exc}); "
+            "retry, or enter a stored session by name",
+            headers={"Retry-After": "5"},
+        ) from None
+
+
+# ------------------------------------------------------------ /select_cluster
+def _asset(name: str) -> Response:
+    data = resources.files("runtime.server").joinpath("static", name).read_bytes()
+    response = Response(data, content_type=_ASSETS[name])
+    response.headers.update(PICKER_HEADERS)
+    return response
+
+
+@bp.get("/select_cluster")
+def select_cluster() -> BaseResponse:
+    if request.path.endswith("/"):
+        # The page's asset URLs are relative (a path prefix in front of the server
+        # keeps working); under ".../select_cluster/" they would miss.
+        return redirect("../select_cluster", code=308)
+    return _asset("select_cluster.html")
+
+
+@bp.get("/select_cluster.js")
+def select_cluster_js() -> Response:
+    return _asset("select_cluster.js")
+
+
+@bp.get("/select_cluster.css")
+def select_cluster_css() -> Response:
+    return _asset("select_cluster.css")

@@ -22,6 +22,7 @@ from tests.integration.ray_harness import (
     CollectorProcess,
     RayHead,
     RecordingProxy,
+    collector_env,
     ray_available,
     stored_events,
     unique_id,
@@ -49,26 +50,6 @@ class Run:
         return self.bucket / self.layout.cluster_prefix(CLUSTER)
 
 
-def collector_env(bucket: Path, ray: RayHead, **extra: str) -> dict[str, str]:
-    return {
-        "STORAGE_BACKEND": "local",
-        "LOCAL_STORAGE_DIR": str(bucket),
-        "STORAGE_CREATE_BUCKET": "true",
-        "STORAGE_ROOT_DIR": "hist",
-        "RAY_CLUSTER_NAME": CLUSTER.name,
-        "RAY_CLUSTER_NAMESPACE": CLUSTER.namespace,
-        "RAY_ROLE": "head",
-        "RAY_TMP_ROOT": str(ray.tmp_root),
-        "RAY_DASHBOARD_ADDRESS": ray.dashboard_url,
-        "RAY_COLLECTOR_EVENT_DATA_DIR": str(bucket.parent / "spool"),
-        "RAY_COLLECTOR_POLL_INTERVAL": "2s",
-        "RAY_COLLECTOR_LOG_UPLOAD_INTERVAL": "2s",
-        "RAY_COLLECTOR_EVENT_ROTATION_INTERVAL": "3s",
-        "LOG_LEVEL": "INFO",
-        **extra,
-    }
-
-
 @pytest.fixture
 def run(tmp_path: Path) -> Iterator[Run]:
     bucket = tmp_path / "bucket"
@@ -78,7 +59,7 @@ def run(tmp_path: Path) -> Iterator[Run]:
     collector = CollectorProcess({}, port, tmp_path / "collector.log")
     try:
         ray.start()
-        collector.env.update(collector_env(bucket, ray))
+        collector.env.update(collector_env(bucket, ray, CLUSTER))
         collector.start()
         workdir = tmp_path / "job"
         workdir.mkdir()

@@ -1,0 +1,132 @@
+"""Cold load of the history server: build a session index from a local store.
+
+    .venv/bin/python bench/server_cold_load.py [--tasks 100000 1000000] [--gzip] [--processes N]
+                                               [--cache-dir /tmp/rhs-synth] [--repeat 1]
+
+For each size, generates a synthetic session (``bench/synth_session.py``; cached in
+``--cache-dir`` and reused) and builds its index in a fresh child process, as the
+server does for big sessions. Prints the build time end to end (listing, reads,
+replay, SQLite), events/s, the peak RSS of the builder (VmHWM) and of its largest
+task-shard worker, CPU seconds used, and the index file size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.synth_session import SESSION, write_synthetic_session  # noqa: E402
+from runtime.storage.config import StorageConfig, open_store  # noqa: E402
+from runtime.storage.layout import ClusterRef, KeyLayout  # noqa: E402
+
+#: Bump when the generator's output changes: cached sessions are regenerated.
+SYNTH_VERSION = "3"
+CLUSTER = ClusterRef("default", "synth")
+
+
+def vm_hwm_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def child(store_dir: str, out: str, processes: int | None) -> None:
+    """Runs in the child: one build, one JSON line of figures."""
+    from runtime.server.index.build import build_index
+
+    store = open_store(StorageConfig(backend="local", local_dir=store_dir))
+    started = time.perf_counter()
+    stats = build_index(store, KeyLayout(""), CLUSTER, SESSION, Path(out), processes=processes)
+    seconds = time.perf_counter() - started
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "stats": {k: v for k, v in stats.__dict__.items() if k != "by_type"},
+                "builder_hwm_mib": vm_hwm_mib(),
+                "worker_max_rss_mib": kids.ru_maxrss / 1024,
+                "cpu_seconds": own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime,
+            }
+        )
+    )
+
+
+def ensure_session(cache: Path, tasks: int, gzip_events: bool) -> Path:
+    store_dir = cache / f"synth-{tasks}{'-gz' if gzip_events else ''}-v{SYNTH_VERSION}"
+    if (store_dir / ".complete").exists():
+        return store_dir
+    shutil.rmtree(store_dir, ignore_errors=True)
+    print(f"generating a {tasks}-task session in {store_dir} ...", flush=True)
+    store = open_store(StorageConfig(backend="local", local_dir=str(store_dir), create_bucket=True))
+    summary = write_synthetic_session(store, KeyLayout(""), CLUSTER, SESSION, tasks, gzip_events=gzip_events)
+    print(f"  {summary.events} events, {summary.bytes / 1e6:.0f} MB in {summary.files} objects, {summary.seconds}s")
+    (store_dir / ".complete").write_text("ok\n")
+    return store_dir
+
+
+def measure(store_dir: Path, processes: int | None) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="rhs-index-") as tmp:
+        out = Path(tmp) / "index.sqlite"
+        command = [sys.executable, __file__, "--child", str(store_dir), str(out)]
+        if processes is not None:
+            command += ["--processes", str(processes)]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        started = time.perf_counter()
+        done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
+        wall = time.perf_counter() - started
+        figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        figures["wall_with_startup"] = wall
+        figures["index_bytes"] = out.stat().st_size
+        return figures
+
+
+def describe(figures: dict[str, Any]) -> str:
+    stats, seconds = figures["stats"], float(figures["seconds"])
+    return (
+        f"build {seconds:6.2f}s ({stats['events'] / seconds:,.0f} events/s, {stats['event_bytes'] / 1e6 / seconds:.0f}"
+        f" MB/s), {stats['processes']} workers, cpu {figures['cpu_seconds']:.1f}s,"
+        f" builder VmHWM {figures['builder_hwm_mib']:.0f} MiB, largest worker {figures['worker_max_rss_mib']:.0f} MiB,"
+        f" index {figures['index_bytes'] / 2**20:.0f} MiB [{stats['tasks']} attempts, {stats['events']} events,"
+        f" {stats['files']} objects, bad {stats['bad_lines']}/{stats['bad_events']}, load {os.getloadavg()[0]:.2f}]"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--gzip", action="store_true", help="gzip the event objects")
+    parser.add_argument("--processes", type=int, default=None, help="task-shard workers (default: one per core)")
+    parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "rhs-synth"))
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--child", nargs=2, metavar=("STORE_DIR", "OUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child[0], args.child[1], args.processes)
+        return 0
+    cache = Path(args.cache_dir)
+    cache.mkdir(parents=True, exist_ok=True)
+    print(f"cores: {len(os.sched_getaffinity(0))}, load average: {os.getloadavg()[0]:.2f}")
+    for tasks in args.tasks:
+        store_dir = ensure_session(cache, tasks, args.gzip)
+        for run in range(args.repeat):
+            print(f"{tasks:>9} tasks run {run + 1}: {describe(measure(store_dir, args.processes))}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,406 @@
+"""Build one session's SQLite index by replaying its stored objects once.
+
+* Reads are parallel and bounded (a window of in-flight objects; gunzip runs in
+  the reader threads, where zlib releases the GIL) and consumed in listing order,
+  so a build is deterministic.
+* Task events, nearly all of a session, are routed by task-id range
+  (:mod:`runtime.server.replay.route`) to task shards: in-process for a small
+  session, else one worker subprocess per core, each replaying and rendering its
+  range into its own SQLite file; shard 0 writes the index file itself (and its
+  task indexes) and the others are appended to it in key order. Everything else
+  (actors, jobs, nodes, log events, objects) is replayed here.
+* The file is bulk-loaded (no journal, no syncs), secondary indexes are created
+  after the rows are in, meta is written last and the file is switched to WAL so
+  readers in other processes can use it. Callers build into a temporary path and
+  rename it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import os
+import sqlite3
+import threading
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import orjson
+
+from runtime.server.errors import SessionLoadError
+from runtime.server.index import schema
+from runtime.server.index.fingerprint import fingerprints, rel_key
+from runtime.server.replay.jobs import merge_jobs, parse_snapshot
+from runtime.server.replay.log_events import LogEvents
+from runtime.server.replay.pool import WorkerError, WorkerPool
+from runtime.server.replay.route import Router
+from runtime.server.replay.session import SessionReplay, base_ns_for
+from runtime.server.replay.shard import BULK_PRAGMAS, ShardResult, TaskShard, create_bulk_db, split_ddl
+from runtime.server.replay.sources import Sources, classify, read_all, read_one, stream_lines
+from runtime.server.replay.tables import insert_actors, insert_jobs, insert_nodes
+from runtime.storage.base import ObjectInfo, ObjectStore
+from runtime.storage.errors import StorageError
+from runtime.storage.layout import ClusterRef, KeyLayout
+
+logger = logging.getLogger(__name__)
+
+#: Below this many event bytes a build stays in-process (workers take ~0.1 s to start).
+PARALLEL_MIN_BYTES = 24 * 1024 * 1024
+MAX_PROCESSES = 8
+GZIP_RATIO = 10
+_INSERT_OBJECT = "INSERT OR REPLACE INTO objects (rel_key, size, version) VALUES (?, ?, ?)"
+_INSERT_LOG_EVENT = "INSERT OR REPLACE INTO log_events (job_id, ts, event_id, event_json) VALUES (?, ?, ?, ?)"
+
+
+@dataclass
+class BuildStats:
+    files: int = 0  # event objects listed
+    unreadable_files: int = 0
+    event_bytes: int = 0  # bytes of the event objects read (as stored)
+    events: int = 0  # unique events (duplicates excluded)
+    duplicate_events: int = 0
+    bad_lines: int = 0
+    bad_events: int = 0
+    by_type: dict[str, int] = field(default_factory=dict)
+    tasks: int = 0
+    actors: int = 0
+    jobs: int = 0
+    nodes: int = 0
+    log_events: int = 0
+    seconds: float = 0.0
+    log_files: int = 0
+    log_bad_lines: int = 0
+    profile_events: int = 0
+    gzip_errors: int = 0
+    processes: int = 0  # task-shard worker processes (0: in-process)
+
+
+def build_index(
+    store: ObjectStore,
+    layout: KeyLayout,
+    cluster: ClusterRef,
+    session: str,
+    out_path: Path,
+    *,
+    listing: Sequence[ObjectInfo] | None = None,
+    read_workers: int = 8,
+    processes: int | None = None,
+) -> BuildStats:
+    """Replay the session's stored objects into a complete index file at ``out_path``.
+
+    ``processes``: task-shard worker processes (None: one per core for sessions of
+    at least ``PARALLEL_MIN_BYTES`` of events, else in-process; 0: in-process).
+    Raises SessionLoadError when event objects were listed but none could be read
+    (a storage outage must not be cached as an empty session)."""
+    started = time.perf_counter()
+    prefix = layout.session_prefix(cluster, session)
+    if listing is None:
+        listing = list(store.walk(prefix))
+    sources = classify(listing, prefix)
+    stats = BuildStats(files=len(sources.events))
+    # JSON event objects compress ~10-16x: judge gzipped ones by their likely size.
+    estimate = sum(info.size * (GZIP_RATIO if info.key.endswith(".gz") else 1) for info in sources.events)
+    stats.processes = _processes(processes, estimate)
+    build = _Build(store=store, sources=sources, stats=stats, out_path=out_path, session=session)
+    try:
+        with _GC_PAUSE:
+            build.run(read_workers, started)
+        build.write_tables(listing, prefix)
+    finally:
+        for path in build.shard_paths[1:]:
+            _unlink_all(path)
+    events_fp, objects_fp = fingerprints(listing, prefix)
+    stats.seconds = round(time.perf_counter() - started, 3)
+    _write_meta(out_path, cluster, session, (events_fp, objects_fp), stats)
+    logger.info(
+        "indexed session %s: %d events from %d files, %d task attempts in %.2fs (%d worker processes)",
+        session,
+        stats.events,
+        stats.files,
+        stats.tasks,
+        stats.seconds,
+        stats.processes,
+    )
+    return stats
+
+
+def refresh_objects(path: Path, listing: Sequence[ObjectInfo], session_prefix: str) -> None:
+    """Replace only the ``objects`` table and the objects fingerprint (logs changed)."""
+    _, objects_fp = fingerprints(listing, session_prefix)
+    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("DELETE FROM objects")
+        conn.executemany(_INSERT_OBJECT, _objects(listing, session_prefix))
+        conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (schema.META_OBJECTS_FINGERPRINT, objects_fp)
+        )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+class _GcPause:
+    """No cyclic GC while millions of long-lived containers are created (each full
+    collection would walk them all); re-enabled when the last concurrent build ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._holders == 0:
+                gc.disable()
+            self._holders += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._holders -= 1
+            if self._holders == 0:
+                gc.enable()
+
+
+_GC_PAUSE = _GcPause()
+
+
+class _Build:
+    """One build's moving parts: the replay of non-task events here, the task shards
+    (in-process or workers), the log events."""
+
+    def __init__(self, *, store: ObjectStore, sources: Sources, stats: BuildStats, out_path: Path, session: str):
+        self.store, self.sources, self.stats, self.out_path, self.session = store, sources, stats, out_path, session
+        self.replay = SessionReplay()
+        self.logs = LogEvents()
+        self.others: list[object] = []
+        self.base_ns = base_ns_for(session)
+        self.shard_paths = [out_path] + [Path(f"{out_path}.shard{n}") for n in range(1, stats.processes)]
+
+    def run(self, read_workers: int, started: float) -> None:
+        """Read, route and replay everything; the task shards are written at the end."""
+        pool: WorkerPool | None = None
+        inline: TaskShard | None = None
+        try:
+            if self.stats.processes == 0:
+                inline = TaskShard(self.base_ns)
+                router = Router(1, inline.feed_routed, self.others.append)
+            else:
+                pool = WorkerPool(self.shard_paths, self.base_ns)
+                router = Router(self.stats.processes, pool.send, self.others.append)
+            self._read(router, read_workers)
+            router.flush()
+            logger.debug("routed all events after %.2fs", time.perf_counter() - started)
+            results = self._collect(pool) if pool is not None else [self._write_inline(inline)]
+            logger.debug("task shards written after %.2fs", time.perf_counter() - started)
+            self._count(results)
+        except WorkerError as exc:
+            raise SessionLoadError(f"indexing session {self.session} failed: {exc}") from exc
+        finally:
+            if pool is not None:
+                pool.close()
+
+    def _read(self, router: Router, read_workers: int) -> None:
+        sources, stats = self.sources, self.stats
+        with ThreadPoolExecutor(max_workers=max(1, read_workers), thread_name_prefix="index-read") as pool:
+            for read in read_all(pool, self.store, sources.events, read_workers):
+                if read.streamed:
+                    self._stream(read.info, router)
+                    continue
+                if read.data is None:
+                    stats.unreadable_files += 1
+                    continue
+                stats.event_bytes += read.info.size
+                if not read.gzip_ok:
+                    stats.gzip_errors += 1
+                    if not read.data.strip():
+                        stats.bad_lines += 1
+                router.feed(read.data)
+                if self.others:
+                    self.replay.feed(self.others)
+                    self.others.clear()
+            if sources.events and stats.unreadable_files == len(sources.events):
+                raise SessionLoadError(
+                    f"read 0 of {len(sources.events)} event files of session {self.session}; "
+                    "object storage is likely unavailable, retry shortly"
+                )
+            for read in read_all(pool, self.store, sources.logs, read_workers):
+                if read.streamed:
+                    self._stream_log(read.info)
+                elif read.data is not None:
+                    self.logs.feed(read.data)
+            if sources.snapshot is not None:
+                sources.snapshot_data = read_one(self.store, sources.snapshot).data
+        stats.bad_lines += router.bad_lines
+
+    def _stream(self, info: ObjectInfo, router: Router) -> None:
+        """A big object, routed chunk by chunk (memory stays flat)."""
+        try:
+            for blob in stream_lines(self.store, info):
+                router.feed(blob)
+                if self.others:
+                    self.replay.feed(self.others)
+                    self.others.clear()
+        except (StorageError, OSError) as exc:
+            logger.warning("cannot read %s: %s", info.key, exc)
+            self.stats.unreadable_files += 1
+            return
+        except zlib.error as exc:
+            logger.warning("%s: gzip stream is corrupt or truncated: %s", info.key, exc)
+            self.stats.gzip_errors += 1
+        self.stats.event_bytes += info.size
+
+    def _stream_log(self, info: ObjectInfo) -> None:
+        try:
+            for blob in stream_lines(self.store, info):
+                self.logs.feed(blob, new_file=False)
+        except (StorageError, OSError, zlib.error) as exc:
+            logger.warning("cannot read %s: %s", info.key, exc)
+        self.logs.files += 1
+
+    def _write_inline(self, shard: TaskShard | None) -> ShardResult:
+        if shard is None:
+            raise RuntimeError("no in-process task shard")
+        conn = create_bulk_db(self.out_path)
+        try:
+            return shard.write(conn, indexes=True)
+        finally:
+            conn.close()
+
+    def _collect(self, pool: WorkerPool) -> list[ShardResult]:
+        summaries = pool.finish()
+        for trace in pool.traces():
+            if trace:
+                logger.debug("%s", trace.strip())
+        results = []
+        for path, summary in zip(pool.shard_paths, summaries, strict=True):
+            summary.pop("strays", None)
+            results.append(ShardResult(**summary))
+            rest = Path(f"{path}.rest")
+            if rest.exists():  # non-task events that happened to carry a task id
+                self.replay.feed(orjson.loads(line) for line in rest.read_bytes().splitlines() if line)
+                rest.unlink()
+        return results
+
+    def _count(self, results: list[ShardResult]) -> None:
+        stats, counters = self.stats, self.replay.counters
+        for result in results:
+            stats.events += result.events
+            stats.duplicate_events += result.duplicate_events
+            stats.bad_lines += result.bad_lines
+            stats.bad_events += result.bad_events
+            stats.tasks += result.tasks
+            stats.profile_events += result.profile_events
+            counters.by_type.update(result.by_type)
+        stats.events += counters.events
+        stats.duplicate_events += counters.duplicate_events
+        stats.bad_events += counters.bad_events
+        stats.by_type = dict(sorted(counters.by_type.items()))
+        stats.log_files, stats.log_bad_lines = self.logs.files, self.logs.bad_lines
+
+    def write_tables(self, listing: Sequence[ObjectInfo], prefix: str) -> None:
+        """Append the other task shards, then every other table, indexes and statistics."""
+        replay, stats = self.replay, self.stats
+        conn = sqlite3.connect(self.out_path, isolation_level=None)
+        try:
+            for pragma in BULK_PRAGMAS[1:]:
+                conn.execute(pragma)
+            conn.execute("PRAGMA cache_size = -262144")  # appended rows update five indexes
+            if len(self.shard_paths) > 1:
+                _append_shards(conn, self.shard_paths[1:])
+            conn.execute("BEGIN")
+            nodes = replay.nodes.rows(self.session)
+            insert_nodes(conn, nodes)
+            node_ips = replay.nodes.ips()
+            actors = replay.actors.rows(node_ips)
+            insert_actors(conn, actors)
+            jobs = merge_jobs(replay.jobs.event_objects(node_ips), parse_snapshot(self.sources.snapshot_data))
+            insert_jobs(conn, jobs)
+            log_rows = self.logs.rows()
+            conn.executemany(_INSERT_LOG_EVENT, log_rows)
+            conn.executemany(_INSERT_OBJECT, _objects(listing, prefix))
+            conn.execute("COMMIT")
+            for statement in split_ddl()[1]:  # those the task shard made already exist
+                conn.execute(statement)
+            conn.execute("PRAGMA analysis_limit = 1000")
+            conn.execute("ANALYZE")
+            stats.actors, stats.jobs, stats.nodes, stats.log_events = len(actors), len(jobs), len(nodes), len(log_rows)
+        finally:
+            conn.close()
+
+
+def _processes(requested: int | None, event_bytes: int) -> int:
+    if requested is not None:
+        return 0 if requested <= 1 else min(requested, MAX_PROCESSES)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if event_bytes < PARALLEL_MIN_BYTES or cores < 2:
+        return 0
+    return min(cores, MAX_PROCESSES)
+
+
+def _unlink_all(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal", ".rest", ".stderr"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{path}{suffix}")
+
+
+def _objects(listing: Sequence[ObjectInfo], prefix: str) -> Iterator[tuple[str, int, str]]:
+    for info in listing:
+        yield rel_key(info.key, prefix), info.size, info.version or ""
+
+
+def _append_shards(conn: sqlite3.Connection, paths: list[Path]) -> None:
+    """Shards hold ascending id ranges: appending them in order keeps the B-tree
+    writes sequential. Then equal task_counts keys of different shards are summed."""
+    for n, shard in enumerate(paths):
+        conn.execute("ATTACH DATABASE ? AS shard", (str(shard),))
+        conn.execute("BEGIN")
+        for table in ("tasks", "task_counts", "profile_events"):
+            conn.execute(f"INSERT INTO main.{table} SELECT * FROM shard.{table}")  # noqa: S608 - fixed names
+        conn.execute("COMMIT")
+        conn.execute("DETACH DATABASE shard")
+        logger.debug("appended task shard %d", n + 1)
+        # Deleting a GB-sized file takes the kernel a while; nobody needs to wait.
+        threading.Thread(target=_unlink_all, args=(shard,), name="shard-unlink", daemon=True).start()
+    conn.execute("BEGIN")
+    conn.execute(
+        "CREATE TEMP TABLE counts AS SELECT job_id, state, type, name, func_name, SUM(n) AS n"
+        " FROM task_counts GROUP BY job_id, state, type, name, func_name"
+    )
+    conn.execute("DELETE FROM task_counts")
+    conn.execute("INSERT INTO task_counts SELECT * FROM temp.counts")
+    conn.execute("DROP TABLE temp.counts")
+    conn.execute("COMMIT")
+
+
+def _write_meta(path: Path, cluster: ClusterRef, session: str, prints: tuple[str, str], stats: BuildStats) -> None:
+    """Meta last, then WAL: a file with meta is a complete index."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        # No fsync of the freshly written file: the caller renames it into place and a
+        # damaged index is rebuilt from storage, which stays the source of truth.
+        conn.execute("PRAGMA synchronous = OFF")
+        cluster_json = {
+            "namespace": cluster.namespace,
+            "name": cluster.name,
+            "owner_kind": cluster.owner_kind,
+            "owner_name": cluster.owner_name,
+        }
+        meta = {
+            schema.META_SCHEMA_VERSION: str(schema.SCHEMA_VERSION),
+            schema.META_EVENTS_FINGERPRINT: prints[0],
+            schema.META_OBJECTS_FINGERPRINT: prints[1],
+            schema.META_BUILT_AT: str(int(time.time())),
+            schema.META_BUILD_SECONDS: str(stats.seconds),
+            schema.META_SESSION: session,
+            schema.META_CLUSTER: orjson.dumps(cluster_json).decode(),
+            schema.META_STATS: orjson.dumps(asdict(stats)).decode(),
+        }
+        conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", list(meta.items()))
+        conn.execute("PRAGMA journal_mode = WAL")
+    finally:
+        conn.close()

@@ -1,0 +1,324 @@
+"""The on-disk cache of session indexes (DESIGN.md decision 2).
+
+* One SQLite file per stored session under ``--cache-dir``; it survives restarts.
+* One build per session across threads *and* gunicorn workers: an in-process lock
+  plus an ``flock`` on ``<index>.lock``; whoever gets the lock second finds the
+  index built and just opens it.
+* Builds write a temp file and ``os.replace`` it in, so a reader never sees a
+  half-built index, and a request already reading the old file finishes on it.
+* Freshness: at most every ``freshness_seconds`` (tracked by the mtime of a
+  ``.checked`` stamp, shared by workers and restarts) the session is listed again.
+  Changed event objects -> rebuild; only other objects changed (late log uploads)
+  -> the objects table is refreshed in place.
+* Byte-bounded LRU: after a build, least recently used indexes are deleted until
+  the directory fits ``cache_max_bytes`` (recency = the index file's mtime, touched
+  when opened). A wiped directory is recreated and indexes rebuilt on demand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import multiprocessing
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runtime.server.errors import ApiError, SessionLoadError
+from runtime.server.index.fingerprint import fingerprints
+from runtime.server.index.reader import SessionIndex
+from runtime.server.index.schema import (
+    META_EVENTS_FINGERPRINT,
+    META_OBJECTS_FINGERPRINT,
+    META_SCHEMA_VERSION,
+    SCHEMA_VERSION,
+)
+from runtime.storage.base import ObjectInfo, ObjectStore
+from runtime.storage.layout import JOB_EVENTS_DIR, NODE_EVENTS_DIR, ClusterRef, KeyLayout
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from runtime.server.config import ServerConfig
+    from runtime.server.metrics import ServerMetrics
+    from runtime.storage.config import StorageConfig
+
+logger = logging.getLogger(__name__)
+
+INDEX_SUFFIX = ".sqlite"
+#: Recency is recorded at most this often per index (one utime per minute, not per request).
+TOUCH_INTERVAL = 60.0
+
+
+class IndexCache:
+    """Finds, builds, refreshes and evicts session indexes."""
+
+    def __init__(self, config: ServerConfig, *, store: ObjectStore, layout: KeyLayout, metrics: ServerMetrics) -> None:
+        self.config = config
+        self.dir = Path(config.cache_dir)
+        self.store = store
+        self.layout = layout
+        self.metrics = metrics
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+        self._touched: dict[str, float] = {}
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------ public API
+    def path_for(self, cluster: ClusterRef, session: str) -> Path:
+        prefix = self.layout.session_prefix(cluster, session)
+        digest = hashlib.sha256(prefix.encode()).hexdigest()[:40]
+        return self.dir / f"{digest}{INDEX_SUFFIX}"
+
+    def open(self, cluster: ClusterRef, session: str) -> SessionIndex:
+        """A read connection to the session's index, building it first if needed."""
+        path = self.ensure(cluster, session)
+        try:
+            return SessionIndex(path)
+        except sqlite3.Error:
+            # Evicted or wiped between ensure() and open(): build again, once.
+            return SessionIndex(self.ensure(cluster, session))
+
+    def ensure(self, cluster: ClusterRef, session: str) -> Path:
+        """Make sure a current index exists; returns its path.
+
+        Raises ApiError(404) for a session with no stored objects and
+        SessionLoadError when the build fails."""
+        path = self.path_for(cluster, session)
+        if _schema_ok(path) and not self._check_due(path):
+            self.metrics.cache_requests.labels("hit").inc()
+            self._touch(path)
+            return path
+        with self._thread_lock(str(path)), self._file_lock(path):
+            return self._ensure_locked(cluster, session, path)
+
+    # -------------------------------------------------------------- internals
+    def _ensure_locked(self, cluster: ClusterRef, session: str, path: Path) -> Path:
+        usable = _schema_ok(path)
+        if usable and not self._check_due(path):
+            self.metrics.cache_requests.labels("hit").inc()  # another worker just built or checked it
+            return path
+        prefix = self.layout.session_prefix(cluster, session)
+        listing = list(self.store.walk(prefix))
+        if not listing:
+            raise ApiError(404, f"session {session} of {cluster.namespace}/{cluster.name} has no objects in storage")
+        events_fp, objects_fp = fingerprints(listing, prefix)
+        if usable:
+            meta = _read_meta(path)
+            if meta.get(META_EVENTS_FINGERPRINT) == events_fp:
+                if meta.get(META_OBJECTS_FINGERPRINT) != objects_fp:
+                    from runtime.server.index.build import refresh_objects
+
+                    refresh_objects(path, listing, prefix)
+                    logger.info("index %s: refreshed the object list of %s", path.name, session)
+                self.metrics.cache_requests.labels("refresh").inc()
+                self._stamp(path)
+                return path
+            logger.info("index %s: event objects of %s changed, re-indexing", path.name, session)
+        self.metrics.cache_requests.labels("miss").inc()
+        self._build(cluster, session, path, listing)
+        self._stamp(path)
+        self._evict(keep=path)
+        return path
+
+    def _build(self, cluster: ClusterRef, session: str, path: Path, listing: Sequence[ObjectInfo]) -> None:
+        tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.building")
+        event_bytes = sum(info.size for info in listing if _is_event_key(info.key))
+        in_child = event_bytes > self.config.subprocess_build_bytes
+        mode = "subprocess" if in_child else "inline"
+        started = time.perf_counter()
+        try:
+            if in_child:
+                _build_in_child(
+                    storage=self.config.storage,
+                    cluster=cluster,
+                    session=session,
+                    out=tmp,
+                    listing=listing,
+                    timeout=self.config.build_timeout,
+                )
+            else:
+                from runtime.server.index.build import build_index
+
+                build_index(self.store, self.layout, cluster, session, tmp, listing=listing)
+            os.replace(tmp, path)
+            for suffix in ("-wal", "-shm"):  # stale companions of the replaced file
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{path}{suffix}")
+        except BaseException:
+            self.metrics.index_builds.labels("failed").inc()
+            _remove(tmp)
+            raise
+        seconds = time.perf_counter() - started
+        self.metrics.index_builds.labels("ok").inc()
+        self.metrics.session_load_seconds.labels(mode).observe(seconds)
+        logger.info(
+            "indexed %s/%s %s in %.2f s (%s, %d event bytes)",
+            cluster.namespace,
+            cluster.name,
+            session,
+            seconds,
+            mode,
+            event_bytes,
+        )
+
+    def _evict(self, keep: Path) -> None:
+        files = []
+        for candidate in self.dir.glob(f"*{INDEX_SUFFIX}"):
+            with contextlib.suppress(FileNotFoundError):
+                st = candidate.stat()
+                size = st.st_size + _size(Path(f"{candidate}-wal"))
+                files.append((st.st_mtime, size, candidate))
+        total = sum(size for _, size, _ in files)
+        for _mtime, size, candidate in sorted(files):
+            if total <= self.config.cache_max_bytes:
+                break
+            if candidate == keep:
+                continue
+            for victim in (candidate, Path(f"{candidate}-wal"), Path(f"{candidate}-shm"), _stamp_path(candidate)):
+                _remove(victim)
+            total -= size
+            self.metrics.evictions.inc()
+            logger.info("evicted index %s (%d bytes) to respect the cache size", candidate.name, size)
+
+    def _check_due(self, path: Path) -> bool:
+        try:
+            checked = _stamp_path(path).stat().st_mtime
+        except FileNotFoundError:
+            return True
+        return time.time() - checked >= self.config.freshness_seconds
+
+    def _stamp(self, path: Path) -> None:
+        stamp = _stamp_path(path)
+        stamp.touch()
+        os.utime(stamp)
+        self._touch(path, force=True)
+
+    def _touch(self, path: Path, force: bool = False) -> None:
+        now = time.monotonic()
+        key = str(path)
+        if force or now - self._touched.get(key, 0.0) >= TOUCH_INTERVAL:
+            with contextlib.suppress(FileNotFoundError):
+                os.utime(path)
+            self._touched[key] = now
+
+    def _thread_lock(self, key: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+    @contextlib.contextmanager
+    def _file_lock(self, path: Path) -> Iterator[None]:
+        self.dir.mkdir(parents=True, exist_ok=True)  # the directory may have been wiped
+        fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+# ------------------------------------------------------------------ helpers
+def _stamp_path(path: Path) -> Path:
+    return path.with_suffix(".checked")
+
+
+def _is_event_key(key: str) -> bool:
+    return f"/{NODE_EVENTS_DIR}/" in key or f"/{JOB_EVENTS_DIR}/" in key
+
+
+def _schema_ok(path: Path) -> bool:
+    if not path.exists():
+        return False
+    return _read_meta(path).get(META_SCHEMA_VERSION) == str(SCHEMA_VERSION)
+
+
+def _read_meta(path: Path) -> dict[str, str]:
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return {str(k): str(v) for k, v in conn.execute("SELECT key, value FROM meta")}
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return {}
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def _child_build(
+    *, storage: StorageConfig, cluster: ClusterRef, session: str, out: str, listing: list[ObjectInfo], conn: Connection
+) -> None:
+    """Child-process body: build, then report stats or the error over the pipe."""
+    try:
+        from runtime.server.index.build import build_index
+        from runtime.storage.config import open_store
+
+        store = open_store(storage, check=False)
+        build_index(store, storage.layout, cluster, session, Path(out), listing=listing)
+        conn.send(("ok", ""))
+    except BaseException as exc:  # the parent re-raises it as a load error
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def _build_in_child(
+    *,
+    storage: StorageConfig,
+    cluster: ClusterRef,
+    session: str,
+    out: Path,
+    listing: Sequence[ObjectInfo],
+    timeout: float,
+) -> None:
+    """Build in a spawned process, so the serving process's RSS stays small after
+    replaying a big session (a fork of a threaded server is unsafe; spawn is not)."""
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(
+        target=_child_build,
+        kwargs={
+            "storage": storage,
+            "cluster": cluster,
+            "session": session,
+            "out": str(out),
+            "listing": list(listing),
+            "conn": child,
+        },
+        name=f"index-build-{session}",
+        daemon=True,
+    )
+    proc.start()
+    child.close()
+    try:
+        if not parent.poll(timeout):
+            raise SessionLoadError(f"indexing {session} took longer than {timeout:.0f} s; it was stopped")
+        status, message = parent.recv()
+    except EOFError:
+        status, message = "error", f"the index builder process died (exit code {proc.exitcode})"
+    finally:
+        if proc.is_alive():
+            proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        parent.close()
+    if status != "ok":
+        raise SessionLoadError(f"indexing {session} failed: {message}")

@@ -1,0 +1,91 @@
+"""The session index as a :class:`~runtime.server.logs.resolve.LogCatalog`.
+
+Log names come from the ``objects`` table (every stored object of the session,
+keys relative to the session prefix, e.g. ``<node>/logs/raylet.out``), so a log
+listing or a worker-file lookup costs an indexed range scan, not a storage listing.
+"""
+
+from __future__ import annotations
+
+import re
+
+from runtime.server.index.reader import SessionIndex
+from runtime.server.logs.resolve import ActorLogRow, TaskLogRow
+from runtime.storage.layout import LOGS_DIR
+
+_NODE_DIR = re.compile(r"^[0-9a-f]+$")
+
+
+def _range(prefix: str) -> tuple[str, str]:
+    """Bounds for ``prefix <= key < next(prefix)``: an index range, unlike LIKE
+    (whose ``_`` and ``%`` would be wildcards)."""
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+class IndexCatalog:
+    """Log lookups answered by one session's SQLite index."""
+
+    def __init__(self, index: SessionIndex) -> None:
+        self.index = index
+
+    def nodes_with_logs(self) -> list[str]:
+        rows = self.index.rows(
+            "SELECT DISTINCT substr(rel_key, 1, instr(rel_key, '/') - 1) FROM objects "
+            "WHERE substr(rel_key, instr(rel_key, '/'), ?) = ?",
+            (len(LOGS_DIR) + 2, f"/{LOGS_DIR}/"),
+        )
+        return sorted(str(r[0]) for r in rows if r[0] and _NODE_DIR.fullmatch(str(r[0])))
+
+    def nodes_for_ip(self, ip: str) -> list[str]:
+        rows = self.index.rows("SELECT node_id FROM nodes WHERE ip = ? ORDER BY (state = 'ALIVE') DESC, node_id", (ip,))
+        return [str(r[0]) for r in rows]
+
+    def log_files(self, node_id: str, under: str = "") -> list[str]:
+        base = f"{node_id}/{LOGS_DIR}/"
+        prefix = f"{base}{under}/" if under else base
+        low, high = _range(prefix)
+        rows = self.index.rows(
+            "SELECT rel_key FROM objects WHERE rel_key >= ? AND rel_key < ? ORDER BY rel_key", (low, high)
+        )
+        return [str(r[0])[len(base) :] for r in rows]
+
+    def has_log(self, node_id: str, path: str) -> bool:
+        key = f"{node_id}/{LOGS_DIR}/{path}"
+        return self.index.row("SELECT 1 FROM objects WHERE rel_key = ?", (key,)) is not None
+
+    def task_attempts(self, task_id: str) -> dict[int, TaskLogRow]:
+        rows = self.index.rows(
+            "SELECT attempt, type, actor_id, node_id, worker_id, stdout_file, stderr_file, "
+            "stdout_start, stdout_end, stderr_start, stderr_end FROM tasks WHERE task_id = ?",
+            (task_id,),
+        )
+        return {
+            int(r[0]): TaskLogRow(
+                type=str(r[1] or ""),
+                actor_id=str(r[2] or ""),
+                node_id=str(r[3] or ""),
+                worker_id=str(r[4] or ""),
+                stdout_file=r[5],
+                stderr_file=r[6],
+                stdout_start=_opt_int(r[7]),
+                stdout_end=_opt_int(r[8]),
+                stderr_start=_opt_int(r[9]),
+                stderr_end=_opt_int(r[10]),
+            )
+            for r in rows
+        }
+
+    def actor(self, actor_id: str) -> ActorLogRow | None:
+        row = self.index.row("SELECT node_id, worker_id FROM actors WHERE actor_id = ?", (actor_id,))
+        if row is None:
+            return None
+        return ActorLogRow(node_id=str(row[0] or ""), worker_id=str(row[1] or ""))
+
+
+def _opt_int(value: object) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        return int(str(value))
+    except ValueError:
+        return None

@@ -1,0 +1,143 @@
+"""``/api/v0/tasks/timeline``: Chrome-tracing JSON from the stored profile events.
+
+A port of Ray 2.60's ``chrome_tracing_dump`` (ray/_private/profiling.py) over the
+``profile_events`` table: tasks in Ray's list order (task id, newest attempt first,
+drivers excluded), complete events in the order they were recorded, then one
+``process_name`` record per node and one ``thread_name`` record per worker. Like
+Ray, at most 10 000 task attempts are drawn.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from runtime.server.index.reader import SessionIndex
+from runtime.server.queries.options import MAX_LIMIT
+
+_COLORS = {
+    "worker_idle": "cq_build_abandoned",
+    "task": "rail_response",
+    "task:deserialize_arguments": "rail_load",
+    "task:execute": "rail_animation",
+    "task:store_outputs": "rail_idle",
+    "wait_for_function": "detailed_memory_dump",
+    "ray.get": "good",
+    "ray.put": "terrible",
+    "ray.wait": "vsync_highlight_color",
+    "submit_task": "background_memory_dump",
+    "fetch_and_run_function": "detailed_memory_dump",
+    "register_remote_function": "detailed_memory_dump",
+}
+_DEFAULT_COLOR = "generic_work"
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    task_id: str
+    attempt: int
+    job_id: str
+    component_type: str
+    component_id: str
+    node_ip: str
+    event_name: str
+    start_ns: int
+    end_ns: int
+    extra_data: str | None
+    func_name: str
+    actor_id: str
+
+
+_SQL = """
+SELECT p.task_id, p.attempt, COALESCE(t.job_id, p.job_id), p.component_type, p.component_id, p.node_ip,
+       p.event_name, p.start_ns, p.end_ns, p.extra_data, COALESCE(t.func_name, ''), COALESCE(t.actor_id, '')
+FROM profile_events p LEFT JOIN tasks t ON t.task_id = p.task_id AND t.attempt = p.attempt
+WHERE {where} COALESCE(t.type, '') != 'DRIVER_TASK'
+ORDER BY p.task_id, p.attempt DESC, p.rowid
+"""
+
+
+def profile_rows(index: SessionIndex, job_id: str | None) -> Iterable[ProfileRow]:
+    if job_id:
+        rows = index.iter_rows(_SQL.format(where="p.job_id = ? AND"), (job_id,))
+    else:
+        rows = index.iter_rows(_SQL.format(where=""))
+    for row in rows:
+        yield ProfileRow(*row)
+
+
+def _extra(raw: str | None) -> dict[str, Any]:
+    if not raw:
+        return {}
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def chrome_trace(rows: Iterable[ProfileRow], max_attempts: int = MAX_LIMIT) -> list[dict[str, Any]]:
+    """The trace events, as ``chrome_tracing_dump`` lays them out."""
+    events: list[dict[str, Any]] = []
+    node_index: dict[str, int] = {}
+    worker_index: dict[tuple[int, str], int] = {}
+    attempts = 0
+    last: tuple[str, int] | None = None
+    for row in rows:
+        if (row.task_id, row.attempt) != last:
+            last = (row.task_id, row.attempt)
+            attempts += 1
+            if attempts > max_attempts:
+                break
+        if row.component_type not in ("worker", "driver"):
+            continue
+        extra = _extra(row.extra_data)
+        # Ray updates the event's own extra data in place: its keys keep their place.
+        extra["task_id"] = row.task_id
+        extra["job_id"] = row.job_id
+        extra["attempt_number"] = row.attempt
+        extra["func_or_class_name"] = row.func_name
+        extra["actor_id"] = row.actor_id or None
+        pid = node_index.setdefault(row.node_ip, len(node_index))
+        component = f"{row.component_type}:{row.component_id}"
+        tid = worker_index.setdefault((pid, component), len(worker_index))
+        cname = _COLORS.get(row.event_name, _DEFAULT_COLOR)
+        if "cname" in extra:
+            cname = _COLORS.get(str(extra["cname"]), _DEFAULT_COLOR)
+        start_ms, end_ms = int(row.start_ns) / 1e6, int(row.end_ns) / 1e6  # Ray's ms floats, then * 1e3
+        events.append(
+            {
+                "cat": row.event_name,
+                "name": extra.get("name", row.event_name),
+                "pid": pid,
+                "tid": tid,
+                "ts": start_ms * 1e3,
+                "dur": end_ms * 1e3 - start_ms * 1e3,
+                "cname": cname,
+                "args": extra,
+                "ph": "X",
+            }
+        )
+    for node, pid in node_index.items():
+        events.append({"name": "process_name", "args": {"name": f"Node {node}"}, "pid": pid, "tid": None, "ph": "M"})
+    for (pid, component), tid in worker_index.items():
+        events.append({"name": "thread_name", "args": {"name": component}, "pid": pid, "tid": tid, "ph": "M"})
+    return events
+
+
+def timeline(index: SessionIndex, job_id: str | None) -> bytes:
+    return orjson.dumps(chrome_trace(profile_rows(index, job_id)))
+
+
+def download_name(job_id: str | None, now: datetime) -> str:
+    """``timeline-<job>-<YYYY-MM-DD_HH-MM-SS>.json`` (no ``None`` when there is no job)."""
+    stamp = now.strftime("%Y-%m-%d_%H-%M-%S")
+    if job_id and not _SAFE_NAME.fullmatch(job_id):
+        job_id = None  # never echo arbitrary request text into a header
+    return f"timeline-{job_id}-{stamp}.json" if job_id else f"timeline-{stamp}.json"

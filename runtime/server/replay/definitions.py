@@ -1,0 +1,61 @@
+"""Pure helpers turning task-definition fields into what the State API shows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+
+def func_name(descriptor: object) -> str:
+    """``Class.function`` or ``function`` from a Python/Java/C++ function descriptor."""
+    if not isinstance(descriptor, dict) or not descriptor:
+        return ""
+    inner = (
+        descriptor.get("pythonFunctionDescriptor")
+        or descriptor.get("javaFunctionDescriptor")
+        or descriptor.get("cppFunctionDescriptor")
+    )
+    if not isinstance(inner, dict):
+        return ""
+    function = str(inner.get("functionName") or "")
+    cls = str(inner.get("className") or "")
+    return f"{cls}.{function}" if cls else function
+
+
+def runtime_env_info(serialized: str) -> bytes:
+    """The State API's ``runtime_env_info`` object (live shape: ``uris`` only when the
+    env names a working_dir or py_modules)."""
+    info: dict[str, Any] = {"serialized_runtime_env": serialized}
+    try:
+        env = orjson.loads(serialized) if serialized else None
+    except orjson.JSONDecodeError:
+        env = None
+    if isinstance(env, dict) and (env.get("working_dir") or env.get("py_modules")):
+        modules = env.get("py_modules")
+        info["uris"] = {
+            **({"working_dir_uri": env["working_dir"]} if isinstance(env.get("working_dir"), str) else {}),
+            "py_modules_uris": [m for m in modules if isinstance(m, str)] if isinstance(modules, list) else [],
+        }
+    info["runtime_env_config"] = {"setup_timeout_seconds": 600, "eager_install": True, "log_files": []}
+    return orjson.dumps(info)
+
+
+def profile_func(name: str, extra: str) -> str:
+    try:
+        data = orjson.loads(extra)
+    except orjson.JSONDecodeError:
+        return ""
+    return name[len("task::") :] if isinstance(data, dict) and data.get("name") else ""
+
+
+def _snake(key: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in key)
+
+
+def snake_keys(value: object) -> object:
+    if isinstance(value, dict):
+        return {_snake(str(k)): snake_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [snake_keys(v) for v in value]
+    return value

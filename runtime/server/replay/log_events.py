@@ -1,0 +1,124 @@
+"""Ray "log events" (``<node>/logs/events/event_*.log``) for ``/events`` (server.md §6.3, §8.4).
+
+One JSON object per line, snake_case. Kept: lines up to 2 MiB that parse to an
+object with an ``event_id``; ``timestamp`` as a string *or* a number (the reference
+rejects numbers, but Ray's RAYLET events carry one). Grouped by
+``custom_fields.job_id`` (else ``global``), de-duplicated by ``event_id`` (last one
+wins), each job trimmed to its newest 10 000 once it passes 11 000. The stored
+object is the live dashboard's: every key camelCased recursively, ``\\n``/``\\r``
+sequences in ``message`` turned into newlines, plus ``time`` (UTC) as Ray adds.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+MAX_LINE_BYTES = 2 * 1024 * 1024
+TRIM_ABOVE = 11_000
+TRIM_TO = 10_000
+GLOBAL = "global"
+LOG_EVENT_FILE = re.compile(r"^[^/]+/logs/events/event_[^/]*\.log$")
+
+LogEventRow = tuple[str, float, str, bytes]
+
+
+def is_log_event_key(rel_key: str) -> bool:
+    """``<node>/logs/events/event_*.log`` relative to the session prefix."""
+    return bool(LOG_EVENT_FILE.match(rel_key))
+
+
+@dataclass
+class LogEvents:
+    """Collects the events of every log-event file of a session."""
+
+    by_job: dict[str, dict[str, tuple[float, dict[str, Any]]]] = field(default_factory=dict)
+    bad_lines: int = 0
+    files: int = 0
+    _camel: dict[str, str] = field(default_factory=dict)
+
+    def feed(self, data: bytes, new_file: bool = True) -> None:
+        """Whole lines of a log-event file (``new_file=False``: a further part of one)."""
+        self.files += new_file
+        for raw in data.split(b"\n"):
+            if len(raw) > MAX_LINE_BYTES:
+                self.bad_lines += 1
+                continue
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                event = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                self.bad_lines += 1
+                continue
+            if not isinstance(event, dict) or not event.get("event_id"):
+                self.bad_lines += 1
+                continue
+            self._add(event)
+
+    def _add(self, event: dict[str, Any]) -> None:
+        custom = event.get("custom_fields")
+        job = custom.get("job_id") if isinstance(custom, dict) else None
+        job_key = job if isinstance(job, str) and job else GLOBAL
+        ts = _numeric(event.get("timestamp"))
+        message = event.get("message")
+        if isinstance(message, str) and "\\" in message:
+            event["message"] = message.replace("\\n", "\n").replace("\\r", "\n")
+        converted = self._convert(event)
+        if isinstance(converted, dict) and "time" not in converted:
+            converted["time"] = _format_time(ts)
+        events = self.by_job.setdefault(job_key, {})
+        event_id = str(event["event_id"])
+        events.pop(event_id, None)  # last write wins, and counts as the newest arrival
+        events[event_id] = (ts, converted)  # type: ignore[assignment]
+
+    def _convert(self, value: object) -> object:
+        if isinstance(value, dict):
+            return {self._key(str(k)): self._convert(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._convert(v) for v in value]
+        return value
+
+    def _key(self, key: str) -> str:
+        found = self._camel.get(key)
+        if found is None:
+            head, *rest = key.split("_")
+            found = self._camel[key] = head + "".join(part[:1].upper() + part[1:] for part in rest)
+        return found
+
+    def count(self) -> int:
+        return sum(len(events) for events in self.by_job.values())
+
+    def rows(self) -> list[LogEventRow]:
+        rows: list[LogEventRow] = []
+        for job, events in self.by_job.items():
+            items = sorted(events.items(), key=lambda kv: kv[1][0])
+            if len(items) > TRIM_ABOVE:
+                items = items[-TRIM_TO:]
+            rows.extend((job, ts, event_id, orjson.dumps(obj)) for event_id, (ts, obj) in items)
+        return rows
+
+
+def _numeric(value: object) -> float:
+    if isinstance(value, bool):
+        return 0.0
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return 0.0
+    return 0.0
+
+
+def _format_time(ts: float) -> str:
+    try:
+        return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return ""

@@ -1,0 +1,128 @@
+"""Task-shard worker subprocesses fed over their stdin by writer threads.
+
+Each worker gets a bounded queue: the router never waits on one slow worker while
+the others idle, and memory stays bounded (``queue_frames`` batches per worker).
+Pipe writes release the GIL, so feeding costs the routing thread little.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+import runtime
+
+logger = logging.getLogger(__name__)
+
+_REPO_ROOT = str(Path(runtime.__file__).resolve().parents[1])
+
+
+class WorkerError(RuntimeError):
+    """A shard worker failed; the build cannot complete."""
+
+
+class WorkerPool:
+    def __init__(self, shard_paths: list[Path], base_ns: int = 0, queue_frames: int = 8) -> None:
+        self.shard_paths = shard_paths
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH", "")) if p)
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._stderr: list[IO[bytes]] = []
+        self._queues: list[queue.Queue[bytes | None]] = []
+        self._threads: list[threading.Thread] = []
+        self._errors: list[BaseException] = []
+        for n, path in enumerate(shard_paths):
+            err = open(f"{path}.stderr", "w+b")  # noqa: SIM115 - closed in close()
+            proc = subprocess.Popen(  # noqa: S603 - our own module, our interpreter
+                [sys.executable, "-m", "runtime.server.replay.worker", str(path), f"--base-ns={base_ns}"]
+                + (["--indexes"] if not n else []),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=env,
+            )
+            frames: queue.Queue[bytes | None] = queue.Queue(maxsize=queue_frames)
+            thread = threading.Thread(target=self._feed, args=(proc, frames), name=f"shard-feed-{n}")
+            thread.daemon = True
+            thread.start()
+            self._procs.append(proc)
+            self._stderr.append(err)
+            self._queues.append(frames)
+            self._threads.append(thread)
+
+    def _feed(self, proc: subprocess.Popen[bytes], frames: queue.Queue[bytes | None]) -> None:
+        stdin = proc.stdin
+        if stdin is None:
+            raise WorkerError("worker started without a stdin pipe")
+        try:
+            while True:
+                blob = frames.get()
+                if blob is None:
+                    stdin.write(b"\0\0\0\0")
+                    break
+                stdin.write(len(blob).to_bytes(4, "little"))
+                stdin.write(blob)
+            stdin.close()
+        except (BrokenPipeError, OSError) as exc:
+            self._errors.append(exc)
+            while frames.get() is not None:  # keep the producer unblocked
+                pass
+
+    def send(self, shard: int, blob: bytes) -> None:
+        if self._errors:
+            raise WorkerError(f"a shard worker stopped reading: {self._errors[0]}")
+        self._queues[shard].put(blob)
+
+    def finish(self, timeout: float | None = None) -> list[dict[str, Any]]:
+        """End the inputs, wait for every worker, return their summaries."""
+        for frames in self._queues:
+            frames.put(None)
+        for thread in self._threads:
+            thread.join(timeout)
+        results = []
+        for n, proc in enumerate(self._procs):
+            if proc.stdout is None:
+                raise WorkerError("worker started without a stdout pipe")
+            out = proc.stdout.read()  # the summary line; EOF when the worker exits
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired as exc:
+                raise WorkerError(f"shard worker {n} did not finish in time") from exc
+            if proc.returncode != 0:
+                self._stderr[n].seek(0)
+                tail = self._stderr[n].read()[-2000:].decode("utf-8", "replace")
+                raise WorkerError(f"shard worker {n} exited with {proc.returncode}: {tail}")
+            results.append(orjson.loads(out.splitlines()[-1]))
+        return results
+
+    def traces(self) -> list[str]:
+        """What the workers wrote on stderr (diagnostics)."""
+        out = []
+        for err in self._stderr:
+            err.seek(0)
+            out.append(err.read().decode("utf-8", "replace"))
+        return out
+
+    def close(self) -> None:
+        """Kill whatever still runs and drop the side files (not the shard DBs)."""
+        for frames in self._queues:  # release feeder threads still waiting for input
+            with contextlib.suppress(queue.Full):
+                frames.put(None, timeout=1.0)
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for err in self._stderr:
+            err.close()
+        for path in self.shard_paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{path}.stderr")

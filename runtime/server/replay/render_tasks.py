@@ -1,0 +1,306 @@
+"""Task attempts as ``tasks`` / ``task_counts`` / ``profile_events`` rows.
+
+``brief_json`` is exactly a ``/api/v0/tasks`` row without ``detail`` and
+``extra_json`` the detail-only fields, in the key order and with the value types
+of Ray 2.60's live answers (``../shared/ray-samples/api/api_v0_tasks_detail=1_limit=100.json``):
+unknown ids, pids and times are ``null``; ``runtime_env_info`` is an object.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from runtime.server.replay.attempt import (
+    D_ACTOR,
+    D_CALL_SITE,
+    D_ENV,
+    D_FALLBACK,
+    D_FUNC,
+    D_JOB,
+    D_LABELS,
+    D_LANG,
+    D_PARENT,
+    D_PG,
+    D_RESOURCES,
+    D_TYPE,
+    P_CID,
+    P_CTYPE,
+    P_EVENTS,
+    P_FNAME,
+    P_IP,
+    S_DBG,
+    S_DEF,
+    S_ERR,
+    S_JOB,
+    S_LOG,
+    S_NAME,
+    S_NODE,
+    S_PID,
+    S_PROF,
+    S_TRS,
+    S_WORKER,
+    STATE_BITS,
+    STATE_MASK,
+)
+from runtime.server.replay.ids import is_nil
+from runtime.server.replay.tasks import TaskTable
+
+Fragment = orjson.Fragment
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_EMPTY = Fragment(b"{}")
+_NO_FALLBACK = Fragment(b'{"options":[]}')
+_CREATED, _RUNNING, _ENDED = 1, 2, 3
+_KINDS = {"PENDING_ARGS_AVAIL": _CREATED, "RUNNING": _RUNNING, "FINISHED": _ENDED, "FAILED": _ENDED}
+_NO_DEF_HEAD = b'{"language":"","required_resources":null,"runtime_env_info":null,"placement_group_id":null,"events":'
+_NO_DEF_TAIL = b',"call_site":null,"label_selector":{},"fallback_strategy":{"options":[]}}'
+
+#: Column order of the ``tasks`` table as inserted by the builder.
+TASK_COLUMNS = (
+    "task_id, attempt, job_id, actor_id, name, func_name, state, type, parent_task_id, node_id, worker_id, "
+    "worker_pid, creation_ms, start_ms, end_ms, stdout_file, stderr_file, stdout_start, stdout_end, "
+    "stderr_start, stderr_end, brief_json, extra_json"
+)
+PROFILE_COLUMNS = (
+    "task_id, attempt, job_id, component_type, component_id, node_ip, event_name, start_ns, end_ns, extra_data"
+)
+INSERT_TASK = f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES ({', '.join('?' * 23)})"  # noqa: S608 - constants
+INSERT_PROFILE_EVENT = f"INSERT INTO profile_events ({PROFILE_COLUMNS}) VALUES ({', '.join('?' * 10)})"  # noqa: S608
+INSERT_TASK_COUNT = "INSERT INTO task_counts (job_id, state, type, name, func_name, n) VALUES (?, ?, ?, ?, ?, ?)"
+
+TaskRow = tuple[Any, ...]
+ProfileRow = tuple[str, int, str, str, str, str, str, int, int, str | None]
+
+
+class TaskRenderer:
+    """Renders attempts; keeps the per-filter-column counts for ``task_counts``."""
+
+    def __init__(self, table: TaskTable) -> None:
+        self._table = table
+        self._frags: dict[bytes, orjson.Fragment] = {}
+        self._extra: dict[str, object] = {"{}": {}, "": {}}
+        self._heads: dict[tuple[Any, ...], bytes] = {}
+        self._tails: dict[tuple[Any, ...], bytes] = {}
+        self.counts: Counter[tuple[str, str, str, str, str]] = Counter()
+        self.profile_rows: list[ProfileRow] = []
+
+    def _frag(self, data: bytes) -> orjson.Fragment:
+        found = self._frags.get(data)
+        if found is None:
+            found = self._frags[data] = Fragment(data)
+        return found
+
+    def rows(self, ordered: bool = False) -> Iterator[TaskRow]:  # noqa: PLR0912, PLR0915 - hot loop, inlined
+        """One ``tasks`` row per attempt; in primary-key order when ``ordered``.
+
+        ``extra_json`` is assembled from a prefix and a suffix cached per distinct
+        definition fields (most tasks share them) around the per-attempt middle."""
+        names = self._table.state_names
+        base = self._table.base_ns
+        kinds = [_KINDS.get(name, 0) for name in names] + [0] * (STATE_MASK + 1 - len(names))
+        counts = self.counts
+        dumps = orjson.dumps
+        for task_id, attempt, st in self._table.attempts(ordered):
+            d = st[S_DEF]
+            codes = st[S_TRS]
+            state = ""
+            creation = start = end = None
+            events = "[]"
+            if codes:
+                codes = sorted(codes)
+                parts = []
+                for code in codes:
+                    low = code & STATE_MASK
+                    ms = ((code >> STATE_BITS) + base) // 1_000_000
+                    parts.append(f'{{"state":"{names[low]}","created_ms":{ms}.0}}')
+                    kind = kinds[low]
+                    if kind:
+                        if kind == _CREATED:
+                            if creation is None:
+                                creation = ms
+                        elif kind == _RUNNING:
+                            if start is None:
+                                start = ms
+                        else:
+                            end = ms
+                state = names[codes[-1] & STATE_MASK]
+                events = "[" + ",".join(parts) + "]"
+            if d is not None:
+                task_type, name, func, job = d[D_TYPE], st[S_NAME], d[D_FUNC], d[D_JOB] or st[S_JOB]
+                actor, parent = d[D_ACTOR], d[D_PARENT]
+                head = self._head(d)
+                tail = self._tail(d)
+            else:
+                task_type, name, job, actor, parent = "", "", st[S_JOB], "", ""
+                func = st[S_PROF][P_FNAME] if st[S_PROF] is not None else ""
+                head, tail = _NO_DEF_HEAD, _NO_DEF_TAIL
+            if not actor and task_type == "ACTOR_CREATION_TASK" and len(task_id) == 48:
+                actor = task_id[16:]  # creation task id = 8 nil bytes + actor id
+            node, worker, pid, err = st[S_NODE], st[S_WORKER], st[S_PID], st[S_ERR]
+            brief = dumps(
+                {
+                    "task_id": task_id,
+                    "attempt_number": attempt,
+                    "name": name,
+                    "state": state,
+                    "job_id": job,
+                    "actor_id": actor or None,
+                    "type": task_type,
+                    "func_or_class_name": func,
+                    "parent_task_id": parent,
+                    "node_id": node or None,
+                    "worker_id": worker or None,
+                    "worker_pid": pid or None,
+                    "error_type": err[0] if err is not None else None,
+                }
+            )
+            log = st[S_LOG]
+            middle = {
+                "creation_time_ms": None if creation is None else float(creation),
+                "start_time_ms": None if start is None else float(start),
+                "end_time_ms": None if end is None else float(end),
+                "task_log_info": None
+                if log is None
+                else {
+                    "stdout_file": log[0],
+                    "stderr_file": log[3],
+                    "stdout_start": log[1],
+                    "stdout_end": log[2],
+                    "stderr_start": log[4],
+                    "stderr_end": log[5],
+                },
+                "error_message": _strip_ansi(err[1]) if err is not None else None,
+                "is_debugger_paused": st[S_DBG],
+            }
+            prof = st[S_PROF]
+            profile = b""
+            if prof is not None:
+                profile = b',"profiling_data":' + dumps(self._profile(task_id, attempt, job, prof))
+            extra = b"".join((head, events.encode(), profile, b",", dumps(middle)[1:-1], tail))
+            counts[(job, state, task_type, name, func)] += 1
+            if log is None:
+                yield (
+                    task_id,
+                    attempt,
+                    job,
+                    actor,
+                    name,
+                    func,
+                    state,
+                    task_type,
+                    parent,
+                    node,
+                    worker,
+                    pid,
+                    creation,
+                    start,
+                    end,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    brief,
+                    extra,
+                )
+            else:
+                yield (
+                    task_id,
+                    attempt,
+                    job,
+                    actor,
+                    name,
+                    func,
+                    state,
+                    task_type,
+                    parent,
+                    node,
+                    worker,
+                    pid,
+                    creation,
+                    start,
+                    end,
+                    log[0],
+                    log[3],
+                    log[1],
+                    log[2],
+                    log[4],
+                    log[5],
+                    brief,
+                    extra,
+                )
+
+    def _head(self, d: tuple[Any, ...]) -> bytes:
+        """``{"language":..,"required_resources":..,"runtime_env_info":..,"placement_group_id":..,"events":``"""
+        key = (d[D_LANG], d[D_RESOURCES], d[D_ENV], d[D_PG])
+        found = self._heads.get(key)
+        if found is None:
+            pg = d[D_PG]
+            body = orjson.dumps(
+                {
+                    "language": d[D_LANG],
+                    "required_resources": Fragment(d[D_RESOURCES]),
+                    "runtime_env_info": Fragment(d[D_ENV]),
+                    "placement_group_id": pg if pg and not is_nil(pg) else None,
+                }
+            )
+            found = self._heads[key] = body[:-1] + b',"events":'
+        return found
+
+    def _tail(self, d: tuple[Any, ...]) -> bytes:
+        """``,"call_site":..,"label_selector":..,"fallback_strategy":..}``"""
+        key = (d[D_CALL_SITE], d[D_LABELS], d[D_FALLBACK])
+        found = self._tails.get(key)
+        if found is None:
+            body = orjson.dumps(
+                {
+                    "call_site": d[D_CALL_SITE],
+                    "label_selector": Fragment(d[D_LABELS]),
+                    "fallback_strategy": Fragment(d[D_FALLBACK]),
+                }
+            )
+            found = self._tails[key] = b"," + body[1:]
+        return found
+
+    def _profile(self, task_id: str, attempt: int, job: str, prof: list[Any]) -> dict[str, Any]:
+        events = []
+        ctype, cid, ip = prof[P_CTYPE], prof[P_CID], prof[P_IP]
+        append_row = self.profile_rows.append
+        for (name, start, end), extra in prof[P_EVENTS].items():
+            events.append(
+                {
+                    "start_time": start / 1_000_000,
+                    "end_time": end / 1_000_000,
+                    "extra_data": self._extra_data(extra),
+                    "event_name": name,
+                }
+            )
+            append_row((task_id, attempt, job, ctype, cid, ip, name, start, end, extra or None))
+        return {"component_type": ctype, "component_id": cid, "node_ip_address": ip, "events": events}
+
+    def _extra_data(self, text: str) -> object:
+        found = self._extra.get(text)
+        if found is not None:
+            return found
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            value = {}
+        if len(self._extra) < 4096:
+            self._extra[text] = value
+        return value
+
+    def count_rows(self) -> list[tuple[str, str, str, str, str, int]]:
+        return [(*key, n) for key, n in self.counts.items()]
+
+
+def _strip_ansi(text: str | None) -> str | None:
+    """Ray's State API answers error messages without the terminal colour codes."""
+    if not text or "\x1b" not in text:
+        return text
+    return _ANSI.sub("", text)

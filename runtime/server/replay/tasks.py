@@ -1,0 +1,360 @@
+"""Task attempts (server.md §7.2), kept compact for sessions of millions of tasks.
+
+One attempt is a compact list (:mod:`runtime.server.replay.attempt`) keyed by the
+task id *as it arrived* plus the attempt number; ids are hex-normalised once, when
+rendering (:meth:`TaskTable.attempts` merges keys that turn out to be the same id
+spelt in two encodings).
+
+Every merge is order independent, fixing the reference's last-event-wins bug
+(server.md §14.3): error info, debugger flag, actor repr name, node id, worker id
+and worker pid each come from the lifecycle event whose latest transition is the
+newest among the events that carried that field, and a missing/null value never
+erases a known one.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any, cast
+
+import orjson
+
+from runtime.server.replay.attempt import (
+    APPLIED,
+    BAD,
+    DUPLICATE,
+    P_EVENTS,
+    P_FNAME,
+    S_DBG,
+    S_DBG_NS,
+    S_DEF,
+    S_ERR,
+    S_ERR_NS,
+    S_JOB,
+    S_NAME,
+    S_NODE,
+    S_NODE_NS,
+    S_PID,
+    S_PID_NS,
+    S_PROF,
+    S_REPR,
+    S_REPR_NS,
+    S_SEEN,
+    S_TRS,
+    S_WORKER,
+    S_WORKER_NS,
+    STATE_BITS,
+    STATE_MASK,
+    TASK_STATES,
+    merge_attempts,
+    merge_log_info,
+    new_attempt,
+    offset,
+    seen_before,
+)
+from runtime.server.replay.definitions import func_name, profile_func, runtime_env_info, snake_keys
+from runtime.server.replay.ids import IdCache, hex_id
+from runtime.server.replay.timestamps import NANOS_LEN, SECOND_NS, to_int, ts_ns
+
+
+class TaskTable:
+    """All task attempts of a session and the three event handlers feeding them.
+
+    Handlers take the payload and the event's eventId hash (or None) and answer
+    BAD (invalid, counted as a bad event), APPLIED or DUPLICATE."""
+
+    def __init__(self, ids: IdCache, base_ns: int = 0) -> None:
+        """``base_ns``: an instant before the session's events; transitions are kept
+        as 64-bit ``(ns - base_ns) << 6 | rank`` in arrays when they fit (a third of
+        the memory of a list of Python ints), in a list otherwise."""
+        self._ids = ids
+        self.base_ns = base_ns
+        self._templates: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self._names: dict[str, str] = {}
+        self._attempts: dict[object, list[Any]] = {}
+        self._codes: dict[object, int] = {name: rank for rank, name in enumerate(TASK_STATES)}
+        self.state_names: list[str] = list(TASK_STATES)
+        self._strings: dict[str, str] = {}  # interned repeated strings (func names, log paths)
+        self._frags: dict[bytes, bytes] = {}  # interned JSON of small maps (resources, labels)
+        self._envs: dict[str, bytes] = {}
+
+    def __len__(self) -> int:
+        return len(self._attempts)
+
+    # ------------------------------------------------------------- handlers
+    def _attempt(self, raw: object, attempt: object) -> list[Any]:
+        if type(attempt) is not int:
+            attempt = to_int(attempt)
+        key = raw if attempt == 0 else (raw, attempt)
+        state = self._attempts.get(key)
+        if state is None:
+            state = self._attempts[key] = new_attempt()
+        return state
+
+    def definition(self, payload: dict[str, Any], marker: int | None = None, actor_task: bool = False) -> int:
+        raw = payload.get("taskId")
+        if not raw or type(raw) is not str:
+            return BAD
+        state = self._attempt(raw, payload.get("taskAttempt") or 0)
+        if seen_before(state, marker):
+            return DUPLICATE
+        definition = self._definition(payload, actor_task)
+        shared = self._templates.get(definition)
+        if shared is None:
+            shared = definition
+            if len(self._templates) < _TEMPLATES_LIMIT:
+                self._templates[definition] = definition
+        state[S_DEF] = shared
+        name = payload.get("actorTaskName" if actor_task else "taskName")
+        name = name if type(name) is str else str(name or "")
+        shared_name = self._names.get(name)
+        if shared_name is None:
+            shared_name = name
+            if len(self._names) < _TEMPLATES_LIMIT:  # names often repeat ("square"); ids never do
+                self._names[name] = name
+        state[S_NAME] = shared_name
+        return APPLIED
+
+    def lifecycle(self, payload: dict[str, Any], marker: int | None = None) -> int:  # noqa: PLR0912, PLR0915
+        # The hot path of a replay (three or more per attempt): _attempt, ts_ns and
+        # the carried fields are inlined.
+        raw = payload.get("taskId")
+        if not raw or type(raw) is not str:
+            return BAD
+        transitions = payload.get("stateTransitions")
+        log = payload.get("taskLogInfo")
+        if not transitions and not log:
+            return BAD
+        attempt = payload.get("taskAttempt")
+        if attempt and type(attempt) is not int:
+            attempt = to_int(attempt)
+        key = (raw, attempt) if attempt else raw
+        state = self._attempts.get(key)
+        if state is None:
+            state = self._attempts[key] = new_attempt()
+        if marker is not None:
+            seen = state[S_SEEN]
+            if seen is None:
+                state[S_SEEN] = array("q", (marker,))
+            elif marker in seen:
+                return DUPLICATE
+            else:
+                seen.append(marker)
+        if not state[S_JOB]:
+            job = payload.get("jobId")
+            if job:
+                state[S_JOB] = self._ids(job)
+        if log and type(log) is dict:
+            self._merge_log(state, log)
+        if not transitions or type(transitions) is not list:
+            return APPLIED  # metadata only: never touches state or the carried fields
+        codes = state[S_TRS]
+        if codes is None:
+            codes = state[S_TRS] = array("q")
+        latest = -1
+        base = self.base_ns
+        seconds = SECOND_NS
+        state_codes = self._codes
+        ns: int | None
+        for transition in transitions:
+            try:
+                text = transition["timestamp"]
+                if len(text) == NANOS_LEN and text[29] == "Z" and text[19] == ".":
+                    ns = seconds[text[:19]] + int(text[20:29])
+                else:
+                    ns = ts_ns(text)  # another precision or offset
+                code = state_codes[transition["state"]]
+            except (KeyError, TypeError, ValueError, IndexError):
+                ns, code = self._slow_transition(transition)
+            if ns is None:
+                continue
+            packed = ((ns - base) << STATE_BITS) | code
+            if packed not in codes:
+                try:
+                    codes.append(packed)
+                except OverflowError:  # before base_ns, or centuries after it
+                    codes = state[S_TRS] = [*codes, packed]
+            if ns > latest:  # noqa: PLR1730 - cheaper than calling max() per transition
+                latest = ns
+        if latest < 0:
+            return APPLIED
+        # Carried fields: from the event with the newest transition; null never erases.
+        known = self._ids.known
+        value = payload.get("nodeId")
+        if value and latest >= state[S_NODE_NS]:
+            state[S_NODE] = known.get(value) or self._ids(value)
+            state[S_NODE_NS] = latest
+        value = payload.get("workerId")
+        if value and latest >= state[S_WORKER_NS]:
+            state[S_WORKER] = known.get(value) or self._ids(value)
+            state[S_WORKER_NS] = latest
+        value = payload.get("workerPid")
+        if value and latest >= state[S_PID_NS]:
+            state[S_PID] = value if type(value) is int else to_int(value)
+            state[S_PID_NS] = latest
+        if "rayErrorInfo" in payload or "isDebuggerPaused" in payload or "actorReprName" in payload:
+            self._carry_optional(state, payload, latest)  # absent unless set
+        return APPLIED
+
+    def _slow_transition(self, transition: object) -> tuple[int | None, int]:
+        if type(transition) is not dict:
+            return None, 0
+        ns = ts_ns(transition.get("timestamp"))
+        code = self._codes.get(transition.get("state"))
+        if code is None:
+            code = self._new_state(transition.get("state"))
+        return ns, code
+
+    def _carry_optional(self, state: list[Any], payload: dict[str, Any], latest: int) -> None:
+        error = payload.get("rayErrorInfo")
+        if error and type(error) is dict and latest >= state[S_ERR_NS]:
+            state[S_ERR] = (error.get("errorType") or None, str(error.get("errorMessage") or ""))
+            state[S_ERR_NS] = latest
+        paused = payload.get("isDebuggerPaused")
+        if paused is not None and latest >= state[S_DBG_NS]:
+            state[S_DBG] = bool(paused)
+            state[S_DBG_NS] = latest
+        repr_name = payload.get("actorReprName")
+        if repr_name and latest >= state[S_REPR_NS]:
+            state[S_REPR] = str(repr_name)
+            state[S_REPR_NS] = latest
+
+    def _new_state(self, name: object) -> int:
+        """A status this code does not know (a newer Ray): give it the next rank."""
+        text = name if isinstance(name, str) and name else "NIL"
+        code = self._codes.get(text)
+        if code is None:
+            code = len(self.state_names) if len(self.state_names) <= STATE_MASK else 0
+            if code:
+                self.state_names.append(text)
+            self._codes[text] = code
+        return code
+
+    def _merge_log(self, state: list[Any], info: dict[str, Any]) -> None:
+        """Ray sends files + start offsets and the end offsets in separate events, in
+        either order: a file name sets file and start, a non-zero start sets start,
+        an end replaces a zero end or is replaced only by a non-zero one."""
+        get = info.get
+        out_file, err_file = get("stdoutFile"), get("stderrFile")
+        update = [
+            self._intern(out_file) if out_file else "",
+            offset(get("stdoutStart")),
+            offset(get("stdoutEnd")),
+            self._intern(err_file) if err_file else "",
+            offset(get("stderrStart")),
+            offset(get("stderrEnd")),
+        ]
+        merge_log_info(state, update)
+
+    def profile(self, payload: dict[str, Any], marker: int | None = None) -> int:
+        raw = payload.get("taskId")
+        body = payload.get("profileEvents")
+        if not raw or type(raw) is not str or type(body) is not dict:
+            return BAD
+        entries = body.get("events")
+        if not entries or type(entries) is not list:
+            return BAD
+        state = self._attempt(raw, payload.get("attemptNumber") or 0)
+        if seen_before(state, marker):
+            return DUPLICATE
+        job = payload.get("jobId")
+        if job and not state[S_JOB]:
+            state[S_JOB] = self._ids(job)
+        prof = state[S_PROF]
+        if prof is None:
+            prof = state[S_PROF] = [
+                self._intern(str(body.get("componentType") or "")),
+                self._ids(body.get("componentId")),
+                self._intern(str(body.get("nodeIpAddress") or "")),
+                {},
+                "",
+            ]
+        events: dict[tuple[str, int, int], str] = prof[P_EVENTS]
+        for entry in entries:
+            if type(entry) is not dict:
+                continue
+            try:
+                start = int(entry.get("startTime"))  # type: ignore[arg-type]
+                end = int(entry.get("endTime"))  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                continue
+            name = str(entry.get("eventName") or "")
+            extra = entry.get("extraData")
+            extra_text = extra if isinstance(extra, str) else ""
+            events.setdefault((self._intern(name), start, end), extra_text)
+            if name.startswith("task::") and extra_text and extra_text != "{}":
+                prof[P_FNAME] = profile_func(name, extra_text) or prof[P_FNAME]
+        return APPLIED
+
+    # ------------------------------------------------------------ internals
+    def _intern(self, text: str) -> str:
+        found = self._strings.get(text)
+        if found is None:
+            self._strings[text] = found = text
+        return found
+
+    def _frag(self, value: object) -> bytes:
+        data = orjson.dumps(value)
+        found = self._frags.get(data)
+        if found is None:
+            self._frags[data] = found = data
+        return found
+
+    def _env(self, serialized: object) -> bytes:
+        text = serialized if isinstance(serialized, str) else ""
+        found = self._envs.get(text)
+        if found is None:
+            found = self._envs[text] = runtime_env_info(text)
+        return found
+
+    def _definition(self, p: dict[str, Any], actor_task: bool) -> tuple[Any, ...]:
+        ids = self._ids
+        if actor_task:
+            task_type, func, actor = "ACTOR_TASK", p.get("actorFunc"), p.get("actorId")
+        else:
+            task_type, func, actor = str(p.get("taskType") or ""), p.get("taskFunc"), None
+        resources = p.get("requiredResources")
+        labels = p.get("labelSelector")
+        fallback = p.get("fallbackStrategy")
+        call_site = p.get("callSite")
+        return (
+            self._intern(task_type),
+            self._intern(str(p.get("language") or "")),
+            self._intern(func_name(func)),
+            "",
+            self._frag(resources) if isinstance(resources, dict) else b"{}",
+            ids(actor) if actor else "",
+            ids(p.get("parentTaskId")),
+            ids(p.get("placementGroupId")),
+            self._env(p.get("serializedRuntimeEnv")),
+            str(call_site) if call_site else None,
+            self._frag(labels) if isinstance(labels, dict) else b"{}",
+            self._frag(snake_keys(fallback)) if isinstance(fallback, dict) and fallback else _NO_FALLBACK,
+            ids(p.get("jobId")),
+        )
+
+    # -------------------------------------------------------------- results
+    def attempts(self, ordered: bool = False) -> list[tuple[str, int, list[Any]]]:
+        """(hex task id, attempt, state) for every attempt, each id exactly once;
+        sorted by (task id, attempt) when ``ordered``."""
+        seen: dict[tuple[str, int], list[Any]] = {}
+        for key, state in self._attempts.items():
+            raw, attempt = (key, 0) if isinstance(key, str) else cast(tuple[str, int], key)
+            ident = (hex_id(raw), attempt)  # not cached: each task id is converted once
+            other = seen.get(ident)
+            if other is None:
+                seen[ident] = state
+            else:  # the same id arrived in two spellings (hex and base64)
+                merge_attempts(other, state)
+        result = [(task_id, attempt, state) for (task_id, attempt), state in seen.items()]
+        if ordered:
+            result.sort(key=_sort_key)
+        return result
+
+
+_NO_FALLBACK = b'{"options":[]}'
+_TEMPLATES_LIMIT = 1 << 16
+
+
+def _sort_key(item: tuple[str, int, list[Any]]) -> tuple[str, int]:
+    return item[0], item[1]

@@ -1,0 +1,64 @@
+"""Fast RFC 3339 timestamps (Ray's protobuf Timestamps) to Unix nanoseconds.
+
+Every task has five or more state transitions, so this is called millions of times
+per large session: the common shape ``YYYY-MM-DDTHH:MM:SS.fffffffffZ`` costs one
+dict lookup (seconds cached per distinct second) and one ``int()``; anything else
+goes through the strict parser of the collector.
+"""
+
+from __future__ import annotations
+
+from runtime.collector.events.parse import parse_timestamp_ns
+
+#: "YYYY-MM-DDTHH:MM:SS" -> that second in ns; hot loops may read it directly.
+SECOND_NS: dict[str, int] = {}
+_SECONDS_LIMIT = 1 << 16
+NANOS_LEN = 30  # "2026-11-22T01:45:31.197192869Z"
+
+
+def ts_ns(text: object) -> int | None:
+    """Nanoseconds since the epoch, or None when ``text`` is not a timestamp."""
+    if type(text) is not str:
+        return None
+    if len(text) == NANOS_LEN and text[19] == "." and text[29] == "Z":
+        frac = text[20:29]
+        if frac.isdigit() and frac.isascii():
+            head = text[:19]
+            base = SECOND_NS.get(head)
+            if base is None:
+                try:
+                    base = parse_timestamp_ns(head + "Z")
+                except ValueError:
+                    return None
+                if len(SECOND_NS) >= _SECONDS_LIMIT:
+                    SECOND_NS.clear()
+                SECOND_NS[head] = base
+            return base + int(frac)
+    try:
+        return parse_timestamp_ns(text)
+    except ValueError:
+        return None
+
+
+def ns_to_ms(ns: int | None) -> int | None:
+    return None if ns is None else ns // 1_000_000
+
+
+def ns_to_ms_float(ns: int | None) -> float | None:
+    """Whole milliseconds as a float, as Ray's State API prints ``*_ms`` fields."""
+    return None if ns is None else float(ns // 1_000_000)
+
+
+def to_int(value: object) -> int:
+    """Ray's int64 fields arrive as JSON strings; int32 as numbers. 0 when unusable."""
+    if type(value) is int:
+        return value
+    if value is None or value == "":
+        return 0
+    try:
+        return int(value)  # type: ignore[call-overload,no-any-return]
+    except (TypeError, ValueError):
+        try:
+            return int(float(value))  # type: ignore[arg-type]
+        except (TypeError, ValueError, OverflowError):
+            return 0
