@@ -40,7 +40,8 @@ class ServerConfig:
         storage: where the collector's objects are (``runtime.storage``).
         cache_dir: per-session SQLite indexes; survives restarts, shared by workers.
         cache_max_bytes: soft bound on the index directory; least recently used
-            indexes are deleted beyond it (the one being built is never counted out).
+            indexes are deleted beyond it (the one being built is never counted out;
+            0 = unbounded).
         freshness_seconds: re-list a session's objects at most this often to notice
             late uploads (0 = on every request that opens the session).
         build_timeout: upper bound for one cold index build.

@@ -169,6 +169,8 @@ class IndexCache:
         )
 
     def _evict(self, keep: Path) -> None:
+        if self.config.cache_max_bytes <= 0:  # --cache-max-size=0: unbounded
+            return
         files = []
         for candidate in self.dir.glob(f"*{INDEX_SUFFIX}"):
             with contextlib.suppress(FileNotFoundError):

@@ -18,6 +18,7 @@ from flask import Blueprint, Response, request
 
 from runtime.server.context import SessionContext, session_route
 from runtime.server.errors import ApiError
+from runtime.server.selection import COOKIE_SESSION
 from runtime.storage.errors import InvalidKeyError, ObjectNotFoundError
 
 logger = logging.getLogger(__name__)
@@ -88,8 +89,17 @@ def read_snapshot(ctx: SessionContext, *uris: str) -> bytes | None:
 
 
 @bp.get("/api/<path:rest>")
+def stored_endpoint(rest: str) -> Response:
+    """Without a selected session this route owns nothing: 404, so that ``ray start
+    --proxy-server-url`` answers ``/api/version`` & co. itself (it falls back on 404
+    only; a 400 "cookie not found" would break Ray's own routes)."""
+    if not request.cookies.get(COOKIE_SESSION):
+        raise ApiError(404, NOT_FOUND)
+    return _stored_endpoint(rest=rest)
+
+
 @session_route
-def stored_endpoint(ctx: SessionContext, rest: str) -> Response:
+def _stored_endpoint(ctx: SessionContext, rest: str) -> Response:
     path = "/api/" + rest.strip("/")
     data = read_snapshot(ctx, *_request_uris())
     if data is not None:

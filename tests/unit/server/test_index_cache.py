@@ -164,6 +164,18 @@ def test_lru_eviction_respects_the_byte_bound(tmp_path: Path, store: ObjectStore
     assert _task_count(cache, one) > 0  # rebuilt on demand
 
 
+def test_zero_cache_bound_means_unbounded(tmp_path: Path, store: ObjectStore) -> None:
+    config = _config(tmp_path, cache_max_bytes=0)
+    layout = KeyLayout("")
+    one = write_sample_session(store, layout, ClusterRef("default", "one"))
+    two = write_sample_session(store, layout, ClusterRef("default", "two"))
+    cache, metrics = _cache(config, store)
+    first = cache.ensure(one.cluster, one.session)
+    second = cache.ensure(two.cluster, two.session)
+    assert first.exists() and second.exists(), "--cache-max-size=0 never evicts"
+    assert not metrics.registry.get_sample_value("historyserver_index_evictions_total")
+
+
 def test_wiped_cache_directory_is_rebuilt(config: ServerConfig, store: ObjectStore, sample: StoredSample) -> None:
     cache, _ = _cache(config, store)
     with cache.open(sample.cluster, sample.session) as index:
