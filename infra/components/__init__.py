@@ -1,0 +1,1 @@
+"""Pulumi ComponentResources, one per concern (see ``contracts`` for what they hand each other)."""

@@ -1,0 +1,71 @@
+"""What the cloud-side components hand the Kubernetes-side ones.
+
+A storage + identity component (``GcsHistoryStorage``, ``S3HistoryStorage``,
+``AzureBlobHistoryStorage``, or in-cluster MinIO for kind) produces one
+:class:`StorageWiring`. The Kubernetes components (history server Deployment,
+workload service accounts, the collector sidecar helper, the KubeRay
+``collectorOptions`` block) consume it without knowing which cloud it came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+
+#: The history server's Kubernetes service account (fixed by the GKE guide).
+SERVER_SERVICE_ACCOUNT = "ray-history-server"
+
+
+@dataclass(frozen=True)
+class ServiceAccountRef:
+    """A Kubernetes service account a storage identity is bound to."""
+
+    namespace: str
+    name: str
+
+    @property
+    def subject(self) -> str:
+        """The OIDC subject Kubernetes puts in the account's projected token."""
+        return f"system:serviceaccount:{self.namespace}:{self.name}"
+
+
+@dataclass
+class IdentityWiring:
+    """How pods running as one service account get cloud credentials.
+
+    Attributes:
+        service_account_annotations: on the ServiceAccount (IRSA role ARN, Azure client id).
+        pod_labels: on the pod template (``azure.workload.identity/use: "true"``).
+        env: extra container environment (e.g. ``AZURE_CLIENT_ID``) if the SDK needs it.
+    """
+
+    service_account_annotations: pulumi.Input[dict[str, str]] = field(default_factory=dict)
+    pod_labels: dict[str, str] = field(default_factory=dict)
+    env: pulumi.Input[dict[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class StorageWiring:
+    """Everything a collector or the history server needs to reach the bucket.
+
+    Attributes:
+        backend: ``gcs``, ``s3`` or ``azureblob`` (``STORAGE_BACKEND``).
+        bucket: bucket / container name.
+        env: storage environment shared by collector and server (``STORAGE_BACKEND``,
+            ``STORAGE_ROOT_DIR``, ``GCS_BUCKET`` / ``S3_BUCKET`` + ``S3_REGION`` [+
+            ``S3_ENDPOINT``] / ``AZURE_STORAGE_ACCOUNT_URL`` + ``AZURE_STORAGE_CONTAINER``
+            + ``AZURE_STORAGE_AUTH_MODE``); names as in README "Storage configuration".
+        server: identity wiring for ``ray-history-server`` (read-only access).
+        writers: identity wiring per writer service account (read/write access),
+            keyed by ``namespace/name``.
+        secret_env: env values that must come from a Secret (MinIO keys on kind),
+            name -> (secret name, key); empty on the clouds (workload identity).
+    """
+
+    backend: str
+    bucket: pulumi.Input[str]
+    env: pulumi.Input[dict[str, str]]
+    server: IdentityWiring
+    writers: dict[str, IdentityWiring] = field(default_factory=dict)
+    secret_env: dict[str, tuple[str, str]] = field(default_factory=dict)
