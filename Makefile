@@ -33,12 +33,9 @@ system-deps:
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
+# Ray + collector + a failing sample job, then the history server on what was stored.
 demo: venv
-	$(PY) -m runtime.storage check --storage-backend=local --local-storage-dir=$(STORAGE_DIR) --create-bucket
-	@echo
-	$(VENV)/bin/collector --help
-	@echo
-	$(VENV)/bin/historyserver --help
+	$(PY) -m runtime.quickstart --storage-dir $(STORAGE_DIR)
 
 test: venv node-deps system-deps
 	$(VENV)/bin/ruff check runtime infra tests bench

@@ -6,6 +6,8 @@ Differences from the reference, on purpose:
 * stored sessions come from a short-TTL marker listing, not a listing per request;
 * ``/clusters`` says ``X-Live-Discovery: unavailable`` when live clusters could not
   be listed (the body stays a JSON array) and takes ``?namespace=&name=`` filters;
+* ``/enter_cluster`` opened as a page by a browser redirects into the Dashboard
+  (scripts and the picker's fetch still get the reference's JSON);
 * ``/enter_cluster`` builds the session's index before answering (no 503 until
   re-entering) and lets an *older* stored session of a running cluster be entered:
   only ``latest``/``live`` resolve to the live cluster;
@@ -139,9 +141,18 @@ def list_clusters() -> Response:
 
 
 # ------------------------------------------------------------- /enter_cluster
+@bp.get("/enter_cluster/<namespace>/<name>")
+def enter_cluster_by_name(namespace: str, name: str) -> Response:
+    """The short form: a RayCluster's latest session (live if it is running)."""
+    return enter_cluster(namespace, RAYCLUSTER, name)
+
+
 @bp.get("/enter_cluster/<namespace>/<kind>/<name>")
 @bp.get("/enter_cluster/<namespace>/<kind>/<name>/<session>")
 def enter_cluster(namespace: str, kind: str, name: str, session: str = LATEST) -> Response:
+    if kind.lower() not in CLUSTER_KINDS and session == LATEST and _looks_like_session(name):
+        # /enter_cluster/{namespace}/{name}/{session}: the kind-less form (a RayCluster).
+        kind, name, session = RAYCLUSTER, kind, name
     kind_l = kind.lower()
     if kind_l not in CLUSTER_KINDS:
         raise ApiError(400, f'unsupported resource kind: "{kind[:64]}" (must be raycluster, rayjob, or rayservice)')
@@ -159,12 +170,36 @@ def enter_cluster(namespace: str, kind: str, name: str, session: str = LATEST) -
             raise ApiError(400, f'invalid session name: "{session[:128]}"')
 
     selection = _resolve(namespace, kind_l, name, session)
-    body = {"result": "success", "name": selection.name, "namespace": selection.namespace, "session": selection.session}
-    response = Response(orjson.dumps(body), mimetype="application/json")
+    response: Response
+    if _is_page_navigation():
+        # A person opened the URL (a link, the quickstart's output): land in the Dashboard.
+        # Relative, so it also works behind `ray start --proxy-server-url` and path prefixes.
+        response = Response(status=302)
+        response.headers["Location"] = "../" * (request.path.count("/") - 1) + "#/overview"
+    else:
+        body = {
+            "result": "success",
+            "name": selection.name,
+            "namespace": selection.namespace,
+            "session": selection.session,
+        }
+        response = Response(orjson.dumps(body), mimetype="application/json")
     response.headers["Cache-Control"] = "no-store"
     response.headers["X-Content-Type-Options"] = "nosniff"
     set_selection_cookies(response, selection, secure=services().config.secure_cookies)
     return response
+
+
+def _looks_like_session(segment: str) -> bool:
+    return segment in (LATEST, LIVE) or segment.startswith("session_")
+
+
+def _is_page_navigation() -> bool:
+    """A browser loading the URL as a page (not the picker's fetch, not curl/requests)."""
+    mode = request.headers.get("Sec-Fetch-Mode")
+    if mode is not None:
+        return mode == "navigate"
+    return "text/html" in request.headers.get("Accept", "")
 
 
 def _resolve(namespace: str, kind: str, name: str, session: str) -> Selection:

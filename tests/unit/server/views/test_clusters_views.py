@@ -219,6 +219,42 @@ def test_enter_latest_stored_builds_the_index_and_sets_cookies(client: FlaskClie
     assert logs.status_code == 200 and logs.get_json()["data"]["result"]["raylet"]
 
 
+@pytest.mark.parametrize(
+    ("headers", "location"),
+    [
+        ({"Sec-Fetch-Mode": "navigate", "Accept": "text/html"}, "../../../../#/overview"),
+        ({"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}, "../../../../#/overview"),
+    ],
+)
+def test_a_browser_opening_enter_cluster_lands_in_the_dashboard(
+    client: FlaskClient, headers: dict[str, str], location: str
+) -> None:
+    answer = client.get(f"/enter_cluster/default/raycluster/raycluster-demo/{SESSION_A}", headers=headers)
+    assert answer.status_code == 302 and answer.headers["Location"] == location
+    assert _cookies(client)["session_name"] == SESSION_A
+    # The relative target resolves to the server root, where the Dashboard is served.
+    short = client.get("/enter_cluster/default/raycluster-demo", headers=headers)
+    assert short.status_code == 302 and short.headers["Location"] == "../../#/overview"
+
+
+def test_kind_less_forms_mean_a_raycluster(client: FlaskClient) -> None:
+    explicit = client.get(f"/enter_cluster/default/raycluster-demo/{SESSION_A}")
+    assert explicit.status_code == 200 and explicit.get_json()["session"] == SESSION_A
+    latest = client.get("/enter_cluster/default/raycluster-demo/latest")
+    assert latest.status_code == 200 and latest.get_json()["name"] == "raycluster-demo"
+    short = client.get("/enter_cluster/default/raycluster-demo")
+    assert short.status_code == 200 and short.get_json()["session"] == SESSION_A
+    wrong = client.get("/enter_cluster/default/raycluster-demo/yesterday")
+    assert wrong.status_code == 400 and "unsupported resource kind" in wrong.get_json()["msg"]
+
+
+def test_scripts_and_the_pickers_fetch_get_json(client: FlaskClient) -> None:
+    fetch = client.get("/enter_cluster/default/raycluster/raycluster-demo", headers={"Sec-Fetch-Mode": "cors"})
+    assert fetch.status_code == 200 and fetch.get_json()["result"] == "success"
+    plain = client.get("/enter_cluster/default/raycluster/raycluster-demo", headers={"Accept": "*/*"})
+    assert plain.status_code == 200 and plain.get_json()["session"] == SESSION_A
+
+
 def test_enter_latest_prefers_the_live_cluster(client: FlaskClient, live: FakeLive) -> None:
     live.clusters = [live_cluster()]
     for path in (
