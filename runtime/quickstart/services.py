@@ -13,7 +13,7 @@ from pathlib import Path
 from runtime.quickstart.options import QuickstartOptions
 from runtime.quickstart.ports import free_port
 from runtime.quickstart.processes import ManagedProcess
-from runtime.quickstart.ray_env import event_export_env
+from runtime.ray_export import event_export_env
 
 LOOPBACK = "127.0.0.1"
 RAY_BIN = Path(sys.executable).with_name("ray")

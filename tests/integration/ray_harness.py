@@ -26,43 +26,16 @@ from http.client import HTTPConnection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from runtime.ray_export import event_export_env
 from runtime.storage.layout import ClusterRef, is_event_file_name
 from tests.integration.emulators.base import REPO_ROOT, free_port, wait_for_port
 
 SAMPLES = REPO_ROOT.parent / "shared" / "ray-samples"
 RAY_BIN = Path(sys.executable).with_name("ray")
 
-#: The types KubeRay's operator exposes, plus the profile events.
-EXPOSED_EVENT_TYPES = ",".join(
-    [
-        "TASK_DEFINITION_EVENT",
-        "TASK_LIFECYCLE_EVENT",
-        "ACTOR_TASK_DEFINITION_EVENT",
-        "TASK_PROFILE_EVENT",
-        "DRIVER_JOB_DEFINITION_EVENT",
-        "DRIVER_JOB_LIFECYCLE_EVENT",
-        "ACTOR_DEFINITION_EVENT",
-        "ACTOR_LIFECYCLE_EVENT",
-        "NODE_DEFINITION_EVENT",
-        "NODE_LIFECYCLE_EVENT",
-    ]
-)
-
 
 def ray_available() -> bool:
     return RAY_BIN.exists()
-
-
-def event_export_env(export_url: str) -> dict[str, str]:
-    """What KubeRay puts in the Ray container; Ray 2.60 reads only the first name
-    of the type filter, so both are set (``ray-events.md`` §2)."""
-    return {
-        "RAY_enable_ray_event": "true",
-        "RAY_enable_core_worker_ray_event_to_aggregator": "true",
-        "RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR": export_url,
-        "RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES": EXPOSED_EVENT_TYPES,
-        "RAY_DASHBOARD_AGGREGATOR_AGENT_PUBLISHER_HTTP_ENDPOINT_EXPOSABLE_EVENT_TYPES": EXPOSED_EVENT_TYPES,
-    }
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.5) -> None:

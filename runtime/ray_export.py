@@ -1,9 +1,6 @@
-"""What a Ray 2.60 head needs in its environment to export events to a collector.
-
-The single source of truth for the exposed event types: the test harness
-(``tests/integration/ray_harness.py``) keeps its own copy today and could import
-this one.
-"""
+"""What a Ray 2.60 node needs in its environment to export events to a collector
+(``ray-events.md`` §2): one source for the quickstart, the Pulumi sidecar helper
+and the test harness."""
 
 from __future__ import annotations
 
@@ -24,6 +21,13 @@ EXPOSED_EVENT_TYPES = ",".join(
 )
 
 
+#: Ray 2.60 reads the first name; older Ray releases and the GKE guide use the second.
+EVENT_TYPES_VARS = (
+    "RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES",
+    "RAY_DASHBOARD_AGGREGATOR_AGENT_PUBLISHER_HTTP_ENDPOINT_EXPOSABLE_EVENT_TYPES",
+)
+
+
 def event_export_env(export_url: str) -> dict[str, str]:
     """What KubeRay puts in the Ray container. Ray 2.60 reads only the first name
     of the type filter; KubeRay sets both, so we do too."""
@@ -31,6 +35,5 @@ def event_export_env(export_url: str) -> dict[str, str]:
         "RAY_enable_ray_event": "true",
         "RAY_enable_core_worker_ray_event_to_aggregator": "true",
         "RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR": export_url,
-        "RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES": EXPOSED_EVENT_TYPES,
-        "RAY_DASHBOARD_AGGREGATOR_AGENT_PUBLISHER_HTTP_ENDPOINT_EXPOSABLE_EVENT_TYPES": EXPOSED_EVENT_TYPES,
+        **dict.fromkeys(EVENT_TYPES_VARS, EXPOSED_EVENT_TYPES),
     }
