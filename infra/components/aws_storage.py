@@ -1,0 +1,310 @@
+"""S3 bucket for Ray history + IAM roles for the collector writers and the history server (EKS).
+
+The bucket enforces bucket-owner object ownership (ACLs off), blocks every kind of public
+access, encrypts at rest (SSE-S3, or SSE-KMS with a given key) and optionally expires old
+history. Two IAM roles with least-privilege inline policies: writers (read/write/multipart)
+and the server (``s3:GetObject`` + ``s3:ListBucket``). Roles are assumed either through IRSA
+(OIDC web identity) or EKS Pod Identity (one ``PodIdentityAssociation`` per service account).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pulumi
+import pulumi_aws as aws
+
+from infra.components.contracts import (
+    SERVER_SERVICE_ACCOUNT,
+    IdentityWiring,
+    ServiceAccountRef,
+    StorageWiring,
+)
+from infra.components.storage_common import storage_env, validate_common, writer_key
+
+IdentityMode = Literal["irsa", "pod-identity"]
+IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
+SERVER_OBJECT_ACTIONS = ["s3:GetObject"]
+SERVER_BUCKET_ACTIONS = ["s3:ListBucket"]
+WRITER_OBJECT_ACTIONS = [
+    "s3:GetObject",
+    "s3:PutObject",
+    "s3:DeleteObject",
+    "s3:AbortMultipartUpload",
+    "s3:ListMultipartUploadParts",
+]
+WRITER_BUCKET_ACTIONS = ["s3:ListBucket", "s3:ListBucketMultipartUploads"]
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def irsa_trust_policy(oidc_provider_arn: str, issuer_url: str, accounts: Sequence[ServiceAccountRef]) -> str:
+    """Trust policy letting exactly these service accounts assume the role via IRSA."""
+    issuer_host = issuer_url.removeprefix("https://").rstrip("/")
+    statement = {
+        "Effect": "Allow",
+        "Principal": {"Federated": oidc_provider_arn},
+        "Action": "sts:AssumeRoleWithWebIdentity",
+        "Condition": {
+            "StringEquals": {
+                f"{issuer_host}:sub": sorted(sa.subject for sa in accounts),
+                f"{issuer_host}:aud": "sts.amazonaws.com",
+            }
+        },
+    }
+    return json.dumps({"Version": "2012-10-17", "Statement": [statement]}, sort_keys=True)
+
+
+def pod_identity_trust_policy() -> str:
+    """Trust policy for EKS Pod Identity (the association names the service account)."""
+    statement = {
+        "Effect": "Allow",
+        "Principal": {"Service": "pods.eks.amazonaws.com"},
+        "Action": ["sts:AssumeRole", "sts:TagSession"],
+    }
+    return json.dumps({"Version": "2012-10-17", "Statement": [statement]}, sort_keys=True)
+
+
+def bucket_access_policy(bucket_arn: str, *, write: bool) -> str:
+    """Least-privilege S3 policy on one bucket: read-only for the server, read/write for writers."""
+    statements: list[dict[str, Any]] = [
+        {
+            "Sid": "ListHistoryBucket",
+            "Effect": "Allow",
+            "Action": WRITER_BUCKET_ACTIONS if write else SERVER_BUCKET_ACTIONS,
+            "Resource": bucket_arn,
+        },
+        {
+            "Sid": "WriteHistoryObjects" if write else "ReadHistoryObjects",
+            "Effect": "Allow",
+            "Action": WRITER_OBJECT_ACTIONS if write else SERVER_OBJECT_ACTIONS,
+            "Resource": f"{bucket_arn}/*",
+        },
+    ]
+    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
+
+
+@dataclass
+class S3HistoryStorageArgs:
+    """Settings of :class:`S3HistoryStorage`.
+
+    Attributes:
+        identity_mode: ``irsa`` (needs ``oidc_provider_arn`` + ``oidc_issuer_url``) or
+            ``pod-identity`` (needs ``cluster_name``; the cluster needs the
+            ``eks-pod-identity-agent`` add-on).
+        writers: service accounts of Ray pods whose collector sidecar writes history.
+        server: the history server's service account (read-only).
+        oidc_provider_arn: IAM OIDC provider of the cluster (IRSA).
+        oidc_issuer_url: the cluster's OIDC issuer URL, with or without ``https://`` (IRSA).
+        cluster_name: EKS cluster name (Pod Identity).
+        bucket_name: explicit, globally unique bucket name; None auto-names from ``bucket_prefix``.
+        bucket_prefix: prefix for the auto-generated name.
+        retention_days: expire objects older than this many days; None keeps them forever.
+        root_dir: key prefix inside the bucket (``STORAGE_ROOT_DIR``); "" = bucket root.
+        kms_key_arn: encrypt with this KMS key (SSE-KMS) instead of SSE-S3 (AES256).
+        force_destroy: let ``pulumi destroy`` delete a non-empty bucket.
+        tags: tags on every AWS resource.
+    """
+
+    identity_mode: IdentityMode
+    writers: Sequence[ServiceAccountRef] = ()
+    server: ServiceAccountRef = field(default_factory=lambda: ServiceAccountRef("ray-system", SERVER_SERVICE_ACCOUNT))
+    oidc_provider_arn: pulumi.Input[str] | None = None
+    oidc_issuer_url: pulumi.Input[str] | None = None
+    cluster_name: pulumi.Input[str] | None = None
+    bucket_name: str | None = None
+    bucket_prefix: str = "ray-history-"
+    retention_days: int | None = None
+    root_dir: str = ""
+    kms_key_arn: pulumi.Input[str] | None = None
+    force_destroy: bool = False
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.identity_mode not in ("irsa", "pod-identity"):
+            raise ValueError(
+                f"S3HistoryStorageArgs.identity_mode={self.identity_mode!r}: must be 'irsa' or 'pod-identity'"
+            )
+        if self.identity_mode == "irsa" and (self.oidc_provider_arn is None or self.oidc_issuer_url is None):
+            raise ValueError("S3HistoryStorageArgs.oidc_provider_arn and .oidc_issuer_url are required for irsa")
+        if self.identity_mode == "pod-identity" and self.cluster_name is None:
+            raise ValueError("S3HistoryStorageArgs.cluster_name is required for pod-identity")
+        if self.bucket_name is not None and not _BUCKET_NAME.match(self.bucket_name):
+            raise ValueError(
+                f"S3HistoryStorageArgs.bucket_name={self.bucket_name!r}: 3-63 lowercase letters, digits, '-', '.'"
+            )
+        validate_common("S3HistoryStorageArgs", self.writers, self.server, self.retention_days)
+
+
+class S3HistoryStorage(pulumi.ComponentResource):
+    """An S3 bucket for Ray history plus IAM roles (IRSA or EKS Pod Identity) for writers and the server.
+
+    Example::
+
+        aws_provider = aws.Provider("aws", region="us-west-2")
+        on_aws = pulumi.ResourceOptions(providers=[aws_provider])
+        cluster = EksCluster("eks", EksClusterArgs(subnet_ids=["subnet-1", "subnet-2"]), opts=on_aws)
+        storage = S3HistoryStorage(
+            "history",
+            S3HistoryStorageArgs(
+                identity_mode="irsa",
+                oidc_provider_arn=cluster.oidc_provider_arn,
+                oidc_issuer_url=cluster.oidc_issuer_url,
+                writers=[ServiceAccountRef("ray", "ray-collector")],
+                retention_days=30,
+            ),
+            opts=on_aws,
+        )
+        storage.wiring.server.service_account_annotations  # {"eks.amazonaws.com/role-arn": ...}
+
+    Attributes:
+        bucket: the ``aws.s3.Bucket``; ``bucket_name`` its name.
+        writer_role / server_role: the two ``aws.iam.Role`` s (writer role only if there are writers).
+        wiring: what the Kubernetes components need (:class:`StorageWiring`).
+    """
+
+    def __init__(self, name: str, args: S3HistoryStorageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("rayhistory:aws:HistoryStorage", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        tags = args.tags or None
+
+        self.bucket = aws.s3.Bucket(
+            f"{name}-bucket",
+            bucket=args.bucket_name,
+            bucket_prefix=None if args.bucket_name else args.bucket_prefix,
+            force_destroy=args.force_destroy,
+            tags=tags,
+            opts=child,
+        )
+        self.bucket_name: pulumi.Output[str] = self.bucket.bucket
+        bucket_settings = self._harden_bucket(name, args, child)
+
+        self.server_role = self._role(name, "server", [args.server], args, write=False)
+        self.writer_role = self._role(name, "writer", args.writers, args, write=True) if args.writers else None
+
+        env = storage_env(
+            {"STORAGE_BACKEND": "s3", "S3_BUCKET": self.bucket.bucket, "S3_REGION": self.bucket.region},
+            args.root_dir,
+        )
+        self.wiring = StorageWiring(
+            backend="s3",
+            bucket=self.bucket.bucket,
+            # Consumers must not start before the bucket refuses public access and encrypts.
+            env=pulumi.Output.all(env, *bucket_settings).apply(lambda parts: parts[0]),
+            server=self._identity(self.server_role, args),
+            writers={writer_key(sa): self._identity(self.writer_role, args) for sa in args.writers if self.writer_role},
+        )
+        self.register_outputs(
+            {
+                "bucket_name": self.bucket.bucket,
+                "server_role_arn": self.server_role.arn,
+                "writer_role_arn": self.writer_role.arn if self.writer_role else None,
+            }
+        )
+
+    def _harden_bucket(self, name: str, args: S3HistoryStorageArgs, child: pulumi.ResourceOptions) -> list[Any]:
+        """Ownership, public access block, encryption and lifecycle; returns outputs to wait on."""
+        ownership = aws.s3.BucketOwnershipControls(
+            f"{name}-ownership",
+            bucket=self.bucket.id,
+            rule={"object_ownership": "BucketOwnerEnforced"},
+            opts=child,
+        )
+        public_block = aws.s3.BucketPublicAccessBlock(
+            f"{name}-public-access",
+            bucket=self.bucket.id,
+            block_public_acls=True,
+            block_public_policy=True,
+            ignore_public_acls=True,
+            restrict_public_buckets=True,
+            opts=child,
+        )
+        s3 = aws.s3
+        default_encryption = (
+            s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
+                sse_algorithm="aws:kms", kms_master_key_id=args.kms_key_arn
+            )
+            if args.kms_key_arn is not None
+            else s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
+                sse_algorithm="AES256"
+            )
+        )
+        encryption = s3.BucketServerSideEncryptionConfiguration(
+            f"{name}-encryption",
+            bucket=self.bucket.id,
+            rules=[
+                s3.BucketServerSideEncryptionConfigurationRuleArgs(
+                    apply_server_side_encryption_by_default=default_encryption,
+                    bucket_key_enabled=args.kms_key_arn is not None,
+                )
+            ],
+            opts=child,
+        )
+        # Multipart uploads abandoned by a killed collector cost storage until aborted.
+        rules = [
+            s3.BucketLifecycleConfigurationRuleArgs(
+                id="abort-incomplete-uploads",
+                status="Enabled",
+                filter=s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
+                abort_incomplete_multipart_upload=s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(
+                    days_after_initiation=2
+                ),
+            )
+        ]
+        if args.retention_days is not None:
+            root = args.root_dir.strip("/")
+            rules.append(
+                s3.BucketLifecycleConfigurationRuleArgs(
+                    id="expire-history",
+                    status="Enabled",
+                    filter=s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=f"{root}/" if root else ""),
+                    expiration=s3.BucketLifecycleConfigurationRuleExpirationArgs(days=args.retention_days),
+                )
+            )
+        lifecycle = s3.BucketLifecycleConfiguration(f"{name}-lifecycle", bucket=self.bucket.id, rules=rules, opts=child)
+        return [ownership.id, public_block.id, encryption.id, lifecycle.id]
+
+    def _role(
+        self, name: str, kind: str, accounts: Sequence[ServiceAccountRef], args: S3HistoryStorageArgs, *, write: bool
+    ) -> aws.iam.Role:
+        child = pulumi.ResourceOptions(parent=self)
+        if args.identity_mode == "irsa":
+            trust: pulumi.Input[str] = pulumi.Output.all(args.oidc_provider_arn, args.oidc_issuer_url).apply(
+                lambda a: irsa_trust_policy(str(a[0]), str(a[1]), accounts)
+            )
+        else:
+            trust = pod_identity_trust_policy()
+        role = aws.iam.Role(
+            f"{name}-{kind}",
+            assume_role_policy=trust,
+            description=f"Ray history {kind}: {'read/write' if write else 'read-only'} access to one S3 bucket",
+            tags=args.tags or None,
+            opts=child,
+        )
+        aws.iam.RolePolicy(
+            f"{name}-{kind}-s3",
+            role=role.id,
+            policy=self.bucket.arn.apply(lambda arn: bucket_access_policy(arn, write=write)),
+            opts=child,
+        )
+        if args.identity_mode == "pod-identity":
+            for sa in accounts:
+                aws.eks.PodIdentityAssociation(
+                    f"{name}-{kind}-{sa.namespace}-{sa.name}",
+                    cluster_name=args.cluster_name,
+                    namespace=sa.namespace,
+                    service_account=sa.name,
+                    role_arn=role.arn,
+                    tags=args.tags or None,
+                    opts=child,
+                )
+        return role
+
+    @staticmethod
+    def _identity(role: aws.iam.Role | None, args: S3HistoryStorageArgs) -> IdentityWiring:
+        if role is None or args.identity_mode == "pod-identity":
+            return IdentityWiring()  # the association names the service account: nothing on the pod
+        return IdentityWiring(service_account_annotations=role.arn.apply(lambda arn: {IRSA_ANNOTATION: arn}))

@@ -1,0 +1,293 @@
+"""Azure Blob storage for Ray history + AKS workload identities.
+
+A StorageV2 account with no public blob access, TLS >= 1.2, HTTPS only and shared keys
+disabled (Entra ID only); one private container; two user-assigned managed identities
+(writers, server) with one federated credential per Kubernetes service account; Storage Blob
+Data Contributor / Reader role assignments scoped to the container (or the account); and an
+optional lifecycle management policy that deletes old history.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pulumi
+import pulumi_azure_native as azure
+
+from infra.components.contracts import (
+    SERVER_SERVICE_ACCOUNT,
+    IdentityWiring,
+    ServiceAccountRef,
+    StorageWiring,
+)
+from infra.components.storage_common import storage_env, validate_common, writer_key
+
+#: Built-in role definition GUIDs (identical in every Azure tenant).
+BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
+BLOB_DATA_READER = "2a2b9908-6ea1-4ae2-8e65-a410df84e7d1"
+TOKEN_EXCHANGE_AUDIENCE = "api://AzureADTokenExchange"  # noqa: S105 - an audience, not a secret
+CLIENT_ID_ANNOTATION = "azure.workload.identity/client-id"
+USE_LABEL = "azure.workload.identity/use"
+_ACCOUNT_NAME = re.compile(r"^[a-z0-9]{3,24}$")
+_CONTAINER_NAME = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$")
+
+
+def role_definition_id(subscription_id: str, role_guid: str) -> str:
+    """Fully qualified id of a built-in role definition in one subscription."""
+    return f"/subscriptions/{subscription_id}/providers/Microsoft.Authorization/roleDefinitions/{role_guid}"
+
+
+def federated_credential_name(account: ServiceAccountRef) -> str:
+    """Name of the federated credential for one service account (unique per identity, <= 120 chars)."""
+    return f"{account.namespace}-{account.name}".replace(".", "-")[:120]
+
+
+@dataclass
+class AzureBlobHistoryStorageArgs:
+    """Settings of :class:`AzureBlobHistoryStorage`.
+
+    Attributes:
+        resource_group_name: resource group holding the account and the identities.
+        account_name: globally unique storage account name (3-24 lowercase letters/digits).
+        oidc_issuer_url: the AKS cluster's OIDC issuer URL (``AksCluster.oidc_issuer_url``), as returned.
+        writers: service accounts of Ray pods whose collector sidecar writes history.
+        server: the history server's service account (read-only).
+        location: Azure region; None = the resource group's.
+        container_name: blob container (``AZURE_STORAGE_CONTAINER``).
+        role_scope: ``container`` (default, least privilege) or ``account``.
+        retention_days: delete blobs not modified for this many days; None keeps them forever.
+        root_dir: key prefix inside the container (``STORAGE_ROOT_DIR``); "" = container root.
+        tags: tags on the account and identities.
+    """
+
+    resource_group_name: pulumi.Input[str]
+    account_name: str
+    oidc_issuer_url: pulumi.Input[str]
+    writers: Sequence[ServiceAccountRef] = ()
+    server: ServiceAccountRef = field(default_factory=lambda: ServiceAccountRef("ray-system", SERVER_SERVICE_ACCOUNT))
+    location: pulumi.Input[str] | None = None
+    container_name: str = "ray-historyserver"
+    role_scope: Literal["container", "account"] = "container"
+    retention_days: int | None = None
+    root_dir: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not _ACCOUNT_NAME.match(self.account_name):
+            raise ValueError(
+                f"AzureBlobHistoryStorageArgs.account_name={self.account_name!r}: 3-24 lowercase letters and digits"
+            )
+        if not _CONTAINER_NAME.match(self.container_name):
+            raise ValueError(
+                f"AzureBlobHistoryStorageArgs.container_name={self.container_name!r}: 3-63 lowercase letters, "
+                "digits and single '-'"
+            )
+        if self.role_scope not in ("container", "account"):
+            raise ValueError(
+                f"AzureBlobHistoryStorageArgs.role_scope={self.role_scope!r}: must be 'container' or 'account'"
+            )
+        validate_common("AzureBlobHistoryStorageArgs", self.writers, self.server, self.retention_days)
+
+
+class AzureBlobHistoryStorage(pulumi.ComponentResource):
+    """An Azure storage account + container for Ray history, with AKS workload identities.
+
+    Example::
+
+        azure_provider = azure.Provider("azure", location="westeurope")
+        on_azure = pulumi.ResourceOptions(providers=[azure_provider])
+        aks = AksCluster("aks", AksClusterArgs(resource_group_name=rg.name), opts=on_azure)
+        storage = AzureBlobHistoryStorage(
+            "history",
+            AzureBlobHistoryStorageArgs(
+                resource_group_name=rg.name,
+                account_name="rayhistorydemo",
+                oidc_issuer_url=aks.oidc_issuer_url,
+                writers=[ServiceAccountRef("ray", "ray-collector")],
+                retention_days=30,
+            ),
+            opts=on_azure,
+        )
+        storage.wiring.server.pod_labels  # {"azure.workload.identity/use": "true"}
+
+    Attributes:
+        account / container: the storage account and the blob container.
+        bucket_name: the container name.
+        writer_identity / server_identity: the user-assigned managed identities
+            (writer identity only if there are writers).
+        wiring: what the Kubernetes components need (:class:`StorageWiring`).
+    """
+
+    def __init__(
+        self, name: str, args: AzureBlobHistoryStorageArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("rayhistory:azure:HistoryStorage", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        storage = azure.storage
+
+        self.account = storage.StorageAccount(
+            f"{name}-account",
+            account_name=args.account_name,
+            resource_group_name=args.resource_group_name,
+            location=args.location,
+            kind=storage.Kind.STORAGE_V2,
+            sku=storage.SkuArgs(name=storage.SkuName.STANDARD_LRS),
+            allow_blob_public_access=False,
+            allow_shared_key_access=False,  # Entra ID (workload identity) only
+            default_to_o_auth_authentication=True,
+            minimum_tls_version=storage.MinimumTlsVersion.TLS1_2,
+            enable_https_traffic_only=True,
+            tags=args.tags or None,
+            opts=child,
+        )
+        self.container = storage.BlobContainer(
+            f"{name}-container",
+            container_name=args.container_name,
+            account_name=self.account.name,
+            resource_group_name=args.resource_group_name,
+            public_access=storage.PublicAccess.NONE,
+            opts=child,
+        )
+        self.bucket_name: pulumi.Output[str] = self.container.name
+        self.federated_credentials: list[azure.managedidentity.FederatedIdentityCredential] = []
+        if args.retention_days is not None:
+            self._retention_policy(name, args, child)
+
+        client = azure.authorization.get_client_config_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        scope = self.container.id if args.role_scope == "container" else self.account.id
+        self.server_identity = self._identity(
+            name,
+            kind="server",
+            accounts=[args.server],
+            args=args,
+            client=client,
+            scope=scope,
+            role_guid=BLOB_DATA_READER,
+        )
+        self.writer_identity = (
+            self._identity(
+                name,
+                kind="writer",
+                accounts=args.writers,
+                args=args,
+                client=client,
+                scope=scope,
+                role_guid=BLOB_DATA_CONTRIBUTOR,
+            )
+            if args.writers
+            else None
+        )
+
+        env = storage_env(
+            {
+                "STORAGE_BACKEND": "azureblob",
+                "AZURE_STORAGE_ACCOUNT_URL": self.account.primary_endpoints.blob,
+                "AZURE_STORAGE_CONTAINER": self.container.name,
+                "AZURE_STORAGE_AUTH_MODE": "workload_identity",
+            },
+            args.root_dir,
+        )
+        writer_identity = self.writer_identity
+        self.wiring = StorageWiring(
+            backend="azureblob",
+            bucket=self.container.name,
+            env=env,
+            server=self._wiring_for(self.server_identity),
+            writers={writer_key(sa): self._wiring_for(writer_identity) for sa in args.writers if writer_identity},
+        )
+        self.register_outputs(
+            {
+                "account_name": self.account.name,
+                "container_name": self.container.name,
+                "server_client_id": self.server_identity.client_id,
+                "writer_client_id": self.writer_identity.client_id if self.writer_identity else None,
+            }
+        )
+
+    def _retention_policy(self, name: str, args: AzureBlobHistoryStorageArgs, child: pulumi.ResourceOptions) -> None:
+        storage = azure.storage
+        root = args.root_dir.strip("/")
+        prefix = f"{args.container_name}/{root}/" if root else f"{args.container_name}/"
+        storage.ManagementPolicy(
+            f"{name}-retention",
+            account_name=self.account.name,
+            resource_group_name=args.resource_group_name,
+            management_policy_name="default",  # the only name Azure accepts
+            policy=storage.ManagementPolicySchemaArgs(
+                rules=[
+                    storage.ManagementPolicyRuleArgs(
+                        name="expire-ray-history",
+                        enabled=True,
+                        type=storage.RuleType.LIFECYCLE,
+                        definition=storage.ManagementPolicyDefinitionArgs(
+                            filters=storage.ManagementPolicyFilterArgs(
+                                blob_types=["blockBlob", "appendBlob"], prefix_match=[prefix]
+                            ),
+                            actions=storage.ManagementPolicyActionArgs(
+                                base_blob=storage.ManagementPolicyBaseBlobArgs(
+                                    delete=storage.DateAfterModificationArgs(
+                                        days_after_modification_greater_than=args.retention_days
+                                    )
+                                )
+                            ),
+                        ),
+                    )
+                ]
+            ),
+            opts=child,
+        )
+
+    def _identity(
+        self,
+        name: str,
+        *,
+        kind: str,
+        accounts: Sequence[ServiceAccountRef],
+        args: AzureBlobHistoryStorageArgs,
+        client: pulumi.Output[azure.authorization.GetClientConfigResult],
+        scope: pulumi.Input[str],
+        role_guid: str,
+    ) -> azure.managedidentity.UserAssignedIdentity:
+        identity = azure.managedidentity.UserAssignedIdentity(
+            f"{name}-{kind}",
+            resource_group_name=args.resource_group_name,
+            location=args.location,
+            tags=args.tags or None,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        # Azure rejects concurrent federated-credential writes on one identity: chain them.
+        previous: list[pulumi.Resource] = []
+        for account in accounts:
+            credential = azure.managedidentity.FederatedIdentityCredential(
+                f"{name}-{kind}-{account.namespace}-{account.name}",
+                resource_group_name=args.resource_group_name,
+                resource_name_=identity.name,
+                federated_identity_credential_resource_name=federated_credential_name(account),
+                issuer=args.oidc_issuer_url,
+                subject=account.subject,
+                audiences=[TOKEN_EXCHANGE_AUDIENCE],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=previous),
+            )
+            previous = [credential]
+            self.federated_credentials.append(credential)
+        azure.authorization.RoleAssignment(
+            f"{name}-{kind}-blob-data",
+            principal_id=identity.principal_id,
+            # A brand-new identity may not have replicated yet; the type skips the lookup.
+            principal_type=azure.authorization.PrincipalType.SERVICE_PRINCIPAL,
+            role_definition_id=client.subscription_id.apply(lambda sub: role_definition_id(sub, role_guid)),
+            scope=scope,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        return identity
+
+    @staticmethod
+    def _wiring_for(identity: azure.managedidentity.UserAssignedIdentity) -> IdentityWiring:
+        # The workload identity webhook reads the client id from the SA and keys on the pod label.
+        return IdentityWiring(
+            service_account_annotations=identity.client_id.apply(lambda cid: {CLIENT_ID_ANNOTATION: cid}),
+            pod_labels={USE_LABEL: "true"},
+        )

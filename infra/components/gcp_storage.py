@@ -1,0 +1,171 @@
+"""GCS bucket for Ray history + Workload Identity Federation grants (GKE).
+
+The bucket has uniform bucket-level access and enforced public access prevention. Each
+Kubernetes service account gets a direct ``principal://`` grant on the bucket (no Google
+service account, no annotation): writers ``roles/storage.objectUser``, the history server
+``roles/storage.objectViewer``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+import pulumi
+import pulumi_gcp as gcp
+
+from infra.components.contracts import (
+    SERVER_SERVICE_ACCOUNT,
+    IdentityWiring,
+    ServiceAccountRef,
+    StorageWiring,
+)
+from infra.components.storage_common import storage_env, validate_common, writer_key
+
+WRITER_ROLE = "roles/storage.objectUser"
+SERVER_ROLE = "roles/storage.objectViewer"
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+
+
+def workload_identity_principal(project_number: str, project_id: str, account: ServiceAccountRef) -> str:
+    """The IAM member naming one Kubernetes service account through GKE Workload Identity Federation."""
+    return (
+        f"principal://iam.googleapis.com/projects/{project_number}/locations/global/workloadIdentityPools/"
+        f"{project_id}.svc.id.goog/subject/ns/{account.namespace}/sa/{account.name}"
+    )
+
+
+def _principal_for(project_number: str, *, project_id: str, account: ServiceAccountRef) -> str:
+    return workload_identity_principal(project_number, project_id, account)
+
+
+@dataclass
+class GcsHistoryStorageArgs:
+    """Settings of :class:`GcsHistoryStorage`.
+
+    Attributes:
+        project: Google Cloud project id that owns the bucket and the GKE workload pool.
+        location: bucket location (``US``, ``EU``, ``us-central1`` ...).
+        writers: service accounts of Ray pods whose collector sidecar writes history.
+        server: the history server's service account (read-only).
+        bucket_name: explicit, globally unique bucket name; None lets Pulumi auto-name it.
+        retention_days: delete objects older than this many days; None keeps them forever.
+        root_dir: key prefix inside the bucket (``STORAGE_ROOT_DIR``); "" = bucket root.
+        project_number: the project's number if already known (e.g. ``GkeCluster.project_number``);
+            None looks it up with ``gcp.organizations.get_project``.
+        force_destroy: let ``pulumi destroy`` delete a non-empty bucket.
+        labels: labels on the bucket.
+    """
+
+    project: str
+    location: str
+    writers: Sequence[ServiceAccountRef] = ()
+    server: ServiceAccountRef = field(default_factory=lambda: ServiceAccountRef("ray-system", SERVER_SERVICE_ACCOUNT))
+    bucket_name: str | None = None
+    retention_days: int | None = None
+    root_dir: str = ""
+    project_number: pulumi.Input[str] | None = None
+    force_destroy: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.project:
+            raise ValueError("GcsHistoryStorageArgs.project: a Google Cloud project id is required")
+        if not self.location:
+            raise ValueError("GcsHistoryStorageArgs.location: a bucket location is required (e.g. US)")
+        if self.bucket_name is not None and not _BUCKET_NAME.match(self.bucket_name):
+            raise ValueError(
+                f"GcsHistoryStorageArgs.bucket_name={self.bucket_name!r}: 3-63 lowercase letters, digits, '-', '_', '.'"
+            )
+        validate_common("GcsHistoryStorageArgs", self.writers, self.server, self.retention_days)
+
+
+class GcsHistoryStorage(pulumi.ComponentResource):
+    """A GCS bucket for Ray history plus Workload Identity grants for the writers and the server.
+
+    Example::
+
+        gcp_provider = gcp.Provider("gcp", project="my-proj", region="us-central1")
+        storage = GcsHistoryStorage(
+            "history",
+            GcsHistoryStorageArgs(
+                project="my-proj",
+                location="US",
+                writers=[ServiceAccountRef("ray", "ray-collector")],
+                server=ServiceAccountRef("ray-system", "ray-history-server"),
+                retention_days=30,
+            ),
+            opts=pulumi.ResourceOptions(providers=[gcp_provider]),
+        )
+        storage.wiring.env  # {"STORAGE_BACKEND": "gcs", "GCS_BUCKET": ..., ...}
+
+    Attributes:
+        bucket: the ``gcp.storage.Bucket``.
+        bucket_name: its name.
+        members: IAM member string per service account (``namespace/name``).
+        wiring: what the Kubernetes components need (:class:`StorageWiring`).
+    """
+
+    def __init__(self, name: str, args: GcsHistoryStorageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("rayhistory:gcp:HistoryStorage", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        lifecycle_rules: list[gcp.storage.BucketLifecycleRuleArgs] = []
+        if args.retention_days is not None:
+            lifecycle_rules.append(
+                gcp.storage.BucketLifecycleRuleArgs(
+                    action=gcp.storage.BucketLifecycleRuleActionArgs(type="Delete"),
+                    condition=gcp.storage.BucketLifecycleRuleConditionArgs(age=args.retention_days),
+                )
+            )
+        self.bucket = gcp.storage.Bucket(
+            f"{name}-bucket",
+            name=args.bucket_name,
+            project=args.project,
+            location=args.location,
+            uniform_bucket_level_access=True,
+            public_access_prevention="enforced",
+            force_destroy=args.force_destroy,
+            lifecycle_rules=lifecycle_rules,
+            labels=args.labels or None,
+            opts=child,
+        )
+        self.bucket_name: pulumi.Output[str] = self.bucket.name
+
+        if args.project_number is not None:
+            project_number: pulumi.Output[str] = pulumi.Output.from_input(args.project_number)
+        else:
+            project = gcp.organizations.get_project_output(
+                project_id=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
+            )
+            project_number = project.number
+
+        self.members: dict[str, pulumi.Output[str]] = {}
+        grants = [(sa, WRITER_ROLE, "writer") for sa in args.writers] + [(args.server, SERVER_ROLE, "server")]
+        for account, role, kind in grants:
+            member = project_number.apply(partial(_principal_for, project_id=args.project, account=account))
+            grant = gcp.storage.BucketIAMMember(
+                f"{name}-{kind}-{account.namespace}-{account.name}",
+                bucket=self.bucket.name,
+                role=role,
+                member=member,
+                opts=child,
+            )
+            # The grant's own output, so readers of ``members`` wait until the grant exists.
+            self.members[writer_key(account) if kind == "writer" else "server"] = grant.member
+
+        env = storage_env(
+            {"STORAGE_BACKEND": "gcs", "GCS_BUCKET": self.bucket.name, "GOOGLE_CLOUD_PROJECT": args.project},
+            args.root_dir,
+        )
+        # Direct Workload Identity Federation: no annotation, no pod label.
+        self.wiring = StorageWiring(
+            backend="gcs",
+            bucket=self.bucket.name,
+            env=env,
+            server=IdentityWiring(),
+            writers={writer_key(sa): IdentityWiring() for sa in args.writers},
+        )
+        self.register_outputs({"bucket_name": self.bucket.name, "members": self.members, "env": env})

@@ -1,0 +1,347 @@
+"""The history server on Kubernetes: namespace, identity, RBAC, Deployment, Service, Ingress.
+
+Cloud-neutral: the bucket, its environment and the cloud identity arrive in a
+:class:`~infra.components.contracts.StorageWiring` from a storage component.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.components.contracts import SERVER_SERVICE_ACCOUNT, StorageWiring
+
+SERVICE_NAME = "historyserver"
+SERVICE_PORT = 30080  # as upstream's manifests and the GKE guide
+CONTAINER_PORT = 8080
+CACHE_DIR = "/var/cache/historyserver"
+#: Where images/server/Dockerfile puts the Ray Dashboard build.
+DASHBOARD_DIR = "/opt/ray-dashboard"
+RUN_AS_USER = 1000
+#: Share of the cache emptyDir the server may fill before evicting indexes; the rest
+#: is slack so the kubelet never evicts the pod for exceeding sizeLimit.
+CACHE_FILL_RATIO = 0.8
+
+#: Cold loads build a session's SQLite index (parse every event file and list every
+#: log object): CPU-bound, one build per request thread. One guaranteed CPU keeps a
+#: build inside --build-timeout; the 2-CPU limit lets other requests be served while a
+#: build runs. 1 Gi holds the gunicorn master, one worker and a build's batches; 2 Gi
+#: bounds a pathological session (an OOM kill restarts the pod, the index is rebuilt).
+DEFAULT_SERVER_RESOURCES: dict[str, dict[str, str]] = {
+    "requests": {"cpu": "1", "memory": "1Gi"},
+    "limits": {"cpu": "2", "memory": "2Gi"},
+}
+
+_QUANTITY = re.compile(r"(?P<number>\d+)(?P<suffix>Ki|Mi|Gi|Ti|k|M|G|T)?")
+_FACTORS = {"": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def quantity_bytes(text: str, parameter: str) -> int:
+    """Bytes in a whole-number Kubernetes quantity (``20Gi``, ``500M``)."""
+    match = _QUANTITY.fullmatch(text.strip())
+    if not match or int(match["number"]) <= 0:
+        raise ValueError(f"{parameter}: {text!r} is not a size like 20Gi or 500Mi")
+    return int(match["number"]) * _FACTORS[match["suffix"] or ""]
+
+
+@dataclass
+class HistoryServerIngress:
+    """An Ingress in front of the Service.
+
+    Attributes:
+        host: DNS name (required).
+        class_name: ``ingressClassName`` (e.g. ``nginx``, ``gce``); None = cluster default.
+        tls_secret_name: Secret with the certificate; None = plain HTTP.
+        annotations: controller-specific annotations.
+    """
+
+    host: str
+    class_name: str | None = None
+    tls_secret_name: str | None = None
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class HistoryServerArgs:
+    """Arguments of :class:`HistoryServerK8s`.
+
+    Attributes:
+        image: server image (``images/server/Dockerfile``); an Output when the stack
+            builds it (then pinned to its digest).
+        wiring: what the storage component hands over (env, identity, secrets).
+        namespace: where the server runs.
+        create_namespace: create it (False: it exists already).
+        replicas: server pods (each keeps its own index cache).
+        cache_size_limit: ``sizeLimit`` of the index-cache emptyDir.
+        resources: requests and limits of the server container.
+        image_pull_policy: Kubernetes pull policy.
+        extra_args: more ``historyserver`` flags (e.g. ``--log-format=json``).
+        ingress: optional Ingress.
+        cluster_role_name: the ClusterRole reading RayClusters (cluster-scoped: one per cluster).
+    """
+
+    image: pulumi.Input[str]
+    wiring: StorageWiring
+    namespace: str = "ray-history"
+    create_namespace: bool = True
+    replicas: int = 1
+    cache_size_limit: str = "20Gi"
+    resources: dict[str, dict[str, str]] = field(default_factory=lambda: DEFAULT_SERVER_RESOURCES)
+    image_pull_policy: str = "IfNotPresent"
+    extra_args: list[str] = field(default_factory=list)
+    ingress: HistoryServerIngress | None = None
+    cluster_role_name: str = "raycluster-reader"
+
+    def validate(self) -> None:
+        if isinstance(self.image, str) and not self.image.strip():
+            raise ValueError("image: the history server image is required")
+        if self.replicas < 1:
+            raise ValueError(f"replicas: must be at least 1, got {self.replicas}")
+        quantity_bytes(self.cache_size_limit, "cache_size_limit")
+        for part in ("requests", "limits"):
+            if not self.resources.get(part):
+                raise ValueError(f"resources: '{part}' is required")
+        if self.wiring.backend not in ("gcs", "s3", "azureblob", "local"):
+            raise ValueError(f"wiring.backend: {self.wiring.backend!r} is not gcs, s3, azureblob or local")
+        if self.ingress is not None and not self.ingress.host.strip():
+            raise ValueError("ingress.host: required when an ingress is requested")
+
+    def server_args(self) -> list[str]:
+        cache_max = int(quantity_bytes(self.cache_size_limit, "cache_size_limit") * CACHE_FILL_RATIO) // 2**20
+        return [
+            f"--storage-backend={self.wiring.backend}",
+            "--port",
+            str(CONTAINER_PORT),
+            "--cache-dir",
+            CACHE_DIR,
+            f"--cache-max-size={cache_max}Mi",
+            f"--dashboard-dir={DASHBOARD_DIR}",
+            # Behind a TLS ingress the browser sees HTTPS: cookies may be Secure.
+            *(["--secure-cookies"] if self.ingress is not None and self.ingress.tls_secret_name else []),
+            *self.extra_args,
+        ]
+
+
+def container_env(
+    storage_env: dict[str, str], identity_env: dict[str, str], secret_env: dict[str, tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """Plain values first (storage, then identity), then secret references."""
+    plain = {**storage_env, **identity_env}
+    overlap = sorted(set(plain) & set(secret_env))
+    if overlap:
+        raise ValueError(f"wiring.secret_env: {overlap} also set as plain values")
+    env: list[dict[str, Any]] = [{"name": k, "value": str(v)} for k, v in plain.items()]
+    env += [
+        {"name": k, "value_from": {"secret_key_ref": {"name": secret, "key": key}}}
+        for k, (secret, key) in secret_env.items()
+    ]
+    return env
+
+
+class HistoryServerK8s(pulumi.ComponentResource):
+    """The Ray History Server in one namespace: ServiceAccount ``ray-history-server``
+    (cloud identity from ``wiring.server``), ClusterRole ``raycluster-reader`` (list/get
+    RayClusters) + binding, a hardened Deployment, Service ``historyserver``
+    (30080 -> 8080) and an optional Ingress.
+
+    Example::
+
+        storage = GcsHistoryStorage(...)                 # any storage component
+        server = HistoryServerK8s(
+            "history",
+            HistoryServerArgs(
+                image="us-docker.pkg.dev/p/ray-history/server:0.1.0",
+                wiring=storage.wiring,
+                namespace="ray-history",
+                ingress=HistoryServerIngress(host="ray-history.example.com", class_name="nginx",
+                                             tls_secret_name="ray-history-tls"),
+            ),
+            opts=pulumi.ResourceOptions(provider=k8s_provider),
+        )
+        pulumi.export("historyServerUrl", server.url)
+    """
+
+    namespace: pulumi.Output[str]
+    service_account_name: pulumi.Output[str]
+    service_name: pulumi.Output[str]
+    url: pulumi.Output[str]
+
+    def __init__(self, name: str, args: HistoryServerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("rayhistory:k8s:HistoryServer", name, None, opts)
+        args.validate()
+        ns = args.namespace
+        labels = {
+            "app.kubernetes.io/name": "ray-history-server",
+            "app.kubernetes.io/component": "historyserver",
+            "app.kubernetes.io/part-of": "ray-history",
+        }
+        child = pulumi.ResourceOptions(parent=self)
+        depends: list[pulumi.Resource] = []
+        if args.create_namespace:
+            namespace = k8s.core.v1.Namespace(
+                f"{name}-ns",
+                metadata={
+                    "name": ns,
+                    # The pod below meets the "restricted" Pod Security Standard.
+                    "labels": {**labels, "pod-security.kubernetes.io/enforce": "restricted"},
+                },
+                opts=child,
+            )
+            depends.append(namespace)
+        in_ns = pulumi.ResourceOptions(parent=self, depends_on=depends)
+
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-sa",
+            metadata={
+                "name": SERVER_SERVICE_ACCOUNT,
+                "namespace": ns,
+                "labels": labels,
+                "annotations": args.wiring.server.service_account_annotations,
+            },
+            opts=in_ns,
+        )
+        role = k8s.rbac.v1.ClusterRole(
+            f"{name}-reader",
+            metadata={"name": args.cluster_role_name, "labels": labels},
+            # Live-cluster discovery only: nothing else, no watch, no secrets.
+            rules=[{"api_groups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["list", "get"]}],
+            opts=child,
+        )
+        k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-reader-binding",
+            metadata={"name": f"{args.cluster_role_name}-{ns}-{SERVER_SERVICE_ACCOUNT}", "labels": labels},
+            role_ref={"api_group": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": args.cluster_role_name},
+            subjects=[{"kind": "ServiceAccount", "name": SERVER_SERVICE_ACCOUNT, "namespace": ns}],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[role, account]),
+        )
+
+        env = pulumi.Output.all(
+            pulumi.Output.from_input(args.wiring.env), pulumi.Output.from_input(args.wiring.server.env)
+        ).apply(lambda parts: container_env(dict(parts[0] or {}), dict(parts[1] or {}), args.wiring.secret_env))
+        deployment = k8s.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata={"name": SERVICE_NAME, "namespace": ns, "labels": labels},
+            spec={
+                "replicas": args.replicas,
+                "selector": {"match_labels": labels},
+                "template": {
+                    "metadata": {"labels": {**labels, **args.wiring.server.pod_labels}},
+                    "spec": self._pod_spec(args, env),
+                },
+            },
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*depends, account]),
+        )
+        service = k8s.core.v1.Service(
+            f"{name}-service",
+            metadata={"name": SERVICE_NAME, "namespace": ns, "labels": labels},
+            spec={
+                "type": "ClusterIP",
+                "selector": labels,
+                "ports": [{"name": "http", "protocol": "TCP", "port": SERVICE_PORT, "target_port": CONTAINER_PORT}],
+            },
+            opts=in_ns,
+        )
+        if args.ingress is not None:
+            self._ingress(name, args.ingress, ns, labels, service)
+
+        self.namespace = pulumi.Output.from_input(ns)
+        self.service_account_name = account.metadata.apply(lambda m: m.name)
+        self.service_name = service.metadata.apply(lambda m: m.name)
+        self.url = pulumi.Output.concat("http://", self.service_name, ".", ns, ".svc.cluster.local:", str(SERVICE_PORT))
+        self.deployment = deployment
+        self.register_outputs({"namespace": self.namespace, "serviceName": self.service_name, "url": self.url})
+
+    @staticmethod
+    def _pod_spec(args: HistoryServerArgs, env: pulumi.Output[list[dict[str, Any]]]) -> dict[str, Any]:
+        def probe(path: str, period: int, failures: int) -> dict[str, Any]:
+            # 10 s timeouts: a CPU-throttled pod busy with a cold index build still
+            # answers, just slowly; gthread serves probes from their own thread.
+            return {
+                "http_get": {"path": path, "port": "http"},
+                "period_seconds": period,
+                "timeout_seconds": 10,
+                "failure_threshold": failures,
+            }
+
+        return {
+            "service_account_name": SERVER_SERVICE_ACCOUNT,
+            "automount_service_account_token": True,  # RayCluster discovery uses the API
+            "termination_grace_period_seconds": 30,  # gunicorn's graceful timeout is 25 s
+            "security_context": {
+                "run_as_non_root": True,
+                "run_as_user": RUN_AS_USER,
+                "run_as_group": RUN_AS_USER,
+                "fs_group": RUN_AS_USER,
+                "seccomp_profile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "historyserver",
+                    "image": args.image,
+                    "image_pull_policy": args.image_pull_policy,
+                    "command": ["historyserver"],
+                    "args": args.server_args(),
+                    "env": env,
+                    "ports": [{"name": "http", "container_port": CONTAINER_PORT, "protocol": "TCP"}],
+                    # Start-up checks storage once (retries up to ~30 s): allow 5 min.
+                    "startup_probe": probe("/livez", 5, 60),
+                    # Killed only after 2 min without an answer.
+                    "liveness_probe": probe("/livez", 20, 6),
+                    "readiness_probe": probe("/readz", 10, 3),
+                    "resources": args.resources,
+                    "security_context": {
+                        "run_as_non_root": True,
+                        "run_as_user": RUN_AS_USER,
+                        "allow_privilege_escalation": False,
+                        "read_only_root_filesystem": True,
+                        "capabilities": {"drop": ["ALL"]},
+                        "seccomp_profile": {"type": "RuntimeDefault"},
+                    },
+                    "volume_mounts": [
+                        {"name": "cache", "mount_path": CACHE_DIR},
+                        {"name": "tmp", "mount_path": "/tmp"},  # noqa: S108 - an emptyDir
+                        {"name": "shm", "mount_path": "/dev/shm"},  # noqa: S108 - gunicorn worker heartbeats
+                    ],
+                }
+            ],
+            "volumes": [
+                {"name": "cache", "empty_dir": {"size_limit": args.cache_size_limit}},
+                {"name": "tmp", "empty_dir": {"size_limit": "1Gi"}},
+                # Memory-backed: counts against the memory limit, so keep it small.
+                {"name": "shm", "empty_dir": {"medium": "Memory", "size_limit": "64Mi"}},
+            ],
+        }
+
+    def _ingress(
+        self, name: str, ingress: HistoryServerIngress, ns: str, labels: dict[str, str], service: k8s.core.v1.Service
+    ) -> None:
+        spec: dict[str, Any] = {
+            "rules": [
+                {
+                    "host": ingress.host,
+                    "http": {
+                        "paths": [
+                            {
+                                "path": "/",
+                                "path_type": "Prefix",
+                                "backend": {"service": {"name": SERVICE_NAME, "port": {"number": SERVICE_PORT}}},
+                            }
+                        ]
+                    },
+                }
+            ]
+        }
+        if ingress.class_name:
+            spec["ingress_class_name"] = ingress.class_name
+        if ingress.tls_secret_name:
+            spec["tls"] = [{"hosts": [ingress.host], "secret_name": ingress.tls_secret_name}]
+        k8s.networking.v1.Ingress(
+            f"{name}-ingress",
+            metadata={"name": SERVICE_NAME, "namespace": ns, "labels": labels, "annotations": ingress.annotations},
+            spec=spec,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[service]),
+        )

@@ -1,0 +1,41 @@
+"""Small helpers every storage component shares (validation, env map, wiring keys)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+import pulumi
+
+from infra.components.contracts import ServiceAccountRef
+
+# Kubernetes object names (RFC 1123 labels for namespaces, subdomains for service accounts).
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def writer_key(account: ServiceAccountRef) -> str:
+    """Key of a writer in :attr:`StorageWiring.writers`: ``namespace/name``."""
+    return f"{account.namespace}/{account.name}"
+
+
+def validate_common(
+    what: str, writers: Sequence[ServiceAccountRef], server: ServiceAccountRef, retention_days: int | None
+) -> None:
+    """Checks shared by every storage args class; errors name the offending field."""
+    for label, account in [("server", server)] + [(f"writers[{i}]", sa) for i, sa in enumerate(writers)]:
+        for part, value in (("namespace", account.namespace), ("name", account.name)):
+            if not _K8S_NAME.match(value):
+                raise ValueError(f"{what}.{label}.{part}={value!r} is not a valid Kubernetes name")
+    keys = [writer_key(sa) for sa in writers]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"{what}.writers: duplicate service accounts {sorted(keys)}")
+    if retention_days is not None and retention_days < 1:
+        raise ValueError(f"{what}.retention_days={retention_days}: must be >= 1 (or None to keep history forever)")
+
+
+def storage_env(values: Mapping[str, pulumi.Input[str]], root_dir: str) -> pulumi.Output[dict[str, str]]:
+    """The storage env map (README "Storage configuration" names) as one Output."""
+    env: dict[str, pulumi.Input[str]] = dict(values)
+    if root_dir:
+        env["STORAGE_ROOT_DIR"] = root_dir.strip("/")
+    return pulumi.Output.all(**env).apply(lambda resolved: {k: str(v) for k, v in resolved.items()})

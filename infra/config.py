@@ -1,0 +1,394 @@
+"""Stack configuration of the Pulumi program, validated into typed dataclasses.
+
+Every key lives in the project namespace (``ray-history-server:<key>``); nested
+settings are objects (``pulumi config set --path 'ray-history-server:gcp.project' p``).
+:func:`parse_config` is pure (a mapping in, a :class:`StackConfig` out) so it is
+unit-tested without Pulumi; :func:`load_config` feeds it the stack's configuration.
+Pulumi hands scalars over as strings and objects as JSON, so every reader accepts
+both the decoded value and its string form. Each error names the offending key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from infra.config_model import (
+    DEFAULT_KUBERAY_VERSION,
+    AwsSettings,
+    AzureSettings,
+    ClusterSettings,
+    ClusterStackRef,
+    GcpSettings,
+    ImageSettings,
+    KubeRaySettings,
+    StackConfig,
+    StorageSettings,
+    WorkloadSettings,
+)
+
+__all__ = [
+    "NAMESPACE",
+    "AwsSettings",
+    "AzureSettings",
+    "ClusterSettings",
+    "ClusterStackRef",
+    "ConfigError",
+    "GcpSettings",
+    "ImageSettings",
+    "KubeRaySettings",
+    "StackConfig",
+    "StorageSettings",
+    "WorkloadSettings",
+    "load_config",
+    "parse_config",
+]
+
+NAMESPACE = "ray-history-server"
+CLOUDS = ("gcp", "aws", "azure", "kind")
+AWS_IDENTITY_MODES = ("irsa", "pod-identity")
+IMAGE_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+#: KubeRay injects the collector from ``collectorOptions`` only from this version on.
+MIN_KUBERAY_VERSION = (1, 7, 0)
+
+# Kubernetes object names (RFC 1123 labels) and a loose semver for chart versions.
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_SEMVER = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+][0-9A-Za-z.-]+)?$")
+_STACK_NAME = re.compile(r"^[\w.-]+/[\w.-]+/[\w.-]+$|^[\w.-]+$")
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A stack configuration value is missing or invalid; the message names the key."""
+
+
+def _key(path: str) -> str:
+    return f"{NAMESPACE}:{path}"
+
+
+# --- value readers ------------------------------------------------------------------------------
+
+
+def _decode(path: str, value: object, kind: type) -> object:
+    """Decode Pulumi's string form of an object / list / number / bool."""
+    if isinstance(value, str) and kind is not str:
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            if kind in (dict, list):
+                raise ConfigError(f"{_key(path)} must be {_TYPE_NAMES[kind]} (got {value!r})") from None
+    return value
+
+
+_TYPE_NAMES: dict[type, str] = {
+    str: "a string",
+    bool: "a boolean",
+    int: "an integer",
+    dict: "an object",
+    list: "a list",
+}
+
+
+def _typed(path: str, value: object, kind: type[T]) -> T:
+    decoded = _decode(path, value, kind)
+    # bool is an int in Python; a boolean where a number is expected is still an error.
+    if isinstance(decoded, kind) and not (kind is int and isinstance(decoded, bool)):
+        return decoded
+    if kind is str and isinstance(decoded, int | float) and not isinstance(decoded, bool):
+        return str(decoded)  # type: ignore[return-value]  # YAML turned a version-like value into a number
+    raise ConfigError(f"{_key(path)} must be {_TYPE_NAMES[kind]} (got {value!r})")
+
+
+class _Section:
+    """Reads the keys of one object, remembering which were consumed to reject typos."""
+
+    def __init__(self, path: str, raw: Mapping[str, object]) -> None:
+        self.path = path
+        self.raw = raw
+        self.used: set[str] = set()
+
+    def _full(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def get(self, key: str, kind: type[T], default: T) -> T:
+        self.used.add(key)
+        if key not in self.raw or self.raw[key] is None or self.raw[key] == "":
+            return default
+        return _typed(self._full(key), self.raw[key], kind)
+
+    def require(self, key: str, kind: type[T], why: str) -> T:
+        self.used.add(key)
+        if key not in self.raw or self.raw[key] in (None, ""):
+            raise ConfigError(f"{_key(self._full(key))} is required {why}")
+        return _typed(self._full(key), self.raw[key], kind)
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None) -> str:
+        value = self.get(key, str, default or "")
+        if value not in choices:
+            shown = repr(value) if value else "nothing"
+            raise ConfigError(f"{_key(self._full(key))} must be one of {', '.join(choices)} (got {shown})")
+        return value
+
+    def positive_int(self, key: str, default: int) -> int:
+        value = self.get(key, int, default)
+        if value < 1:
+            raise ConfigError(f"{_key(self._full(key))} must be at least 1 (got {value})")
+        return value
+
+    def dns_label(self, key: str, default: str) -> str:
+        value = self.get(key, str, default)
+        if not _DNS_LABEL.match(value):
+            raise ConfigError(
+                f"{_key(self._full(key))} must be a Kubernetes name: lower-case letters, digits and '-', "
+                f"at most 63 characters (got {value!r})"
+            )
+        return value
+
+    def section(self, key: str) -> _Section | None:
+        self.used.add(key)
+        if key not in self.raw or self.raw[key] in (None, ""):
+            return None
+        return _Section(self._full(key), _typed(self._full(key), self.raw[key], dict))
+
+    def reject_unknown(self) -> None:
+        unknown = sorted(set(self.raw) - self.used)
+        if unknown:
+            known = ", ".join(sorted(self.used))
+            raise ConfigError(f"{_key(self._full(unknown[0]))} is not a known key (known here: {known})")
+
+
+def _read_section(parent: _Section, key: str, read: Callable[[_Section], T]) -> T | None:
+    section = parent.section(key)
+    if section is None:
+        return None
+    value = read(section)
+    section.reject_unknown()
+    return value
+
+
+# --- sections -----------------------------------------------------------------------------------
+
+
+def _cluster(s: _Section) -> ClusterSettings:
+    return ClusterSettings(
+        name=s.dns_label("name", ClusterSettings.name),
+        node_count=s.positive_int("nodeCount", ClusterSettings.node_count),
+        machine_type=s.get("machineType", str, ""),
+        kubernetes_version=s.get("kubernetesVersion", str, ""),
+    )
+
+
+def _storage(s: _Section) -> StorageSettings:
+    bucket = s.get("bucket", str, "")
+    if bucket and not re.match(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", bucket):
+        raise ConfigError(
+            f"{_key('storage.bucket')} must be 3-63 lower-case letters, digits, '.' or '-' (got {bucket!r})"
+        )
+    return StorageSettings(
+        bucket=bucket, root_dir=s.get("rootDir", str, "").strip("/"), force_destroy=s.get("forceDestroy", bool, False)
+    )
+
+
+def _images(s: _Section) -> ImageSettings:
+    images = ImageSettings(
+        build=s.get("build", bool, True),
+        registry=s.get("registry", str, "").rstrip("/"),
+        tag=s.get("tag", str, "latest"),
+        collector=s.get("collector", str, ""),
+        server=s.get("server", str, ""),
+        pull_policy=s.choice("pullPolicy", IMAGE_PULL_POLICIES, "IfNotPresent"),
+    )
+    if not images.build:
+        for key, ref in (("collector", images.collector), ("server", images.server)):
+            if not ref:
+                raise ConfigError(f"{_key('images.' + key)} is required when images.build is false")
+    return images
+
+
+def _kuberay(s: _Section) -> KubeRaySettings:
+    version = s.get("version", str, DEFAULT_KUBERAY_VERSION)
+    match = _SEMVER.match(version)
+    if not match:
+        raise ConfigError(f"{_key('kuberay.version')} must be a chart version like 1.7.0 (got {version!r})")
+    if tuple(int(part) for part in match.groups()) < MIN_KUBERAY_VERSION:
+        raise ConfigError(
+            f"{_key('kuberay.version')} must be 1.7.0 or later: the RayClusterHistoryServer feature gate "
+            f"appeared in KubeRay 1.7 (got {version!r})"
+        )
+    return KubeRaySettings(
+        install=s.get("install", bool, True),
+        version=version.removeprefix("v"),
+        namespace=s.dns_label("namespace", "ray-system"),
+    )
+
+
+def _workloads(s: _Section) -> WorkloadSettings:
+    namespaces = s.get("namespaces", list, ["default"])
+    if not namespaces:
+        raise ConfigError(f"{_key('workloads.namespaces')} must list at least one namespace")
+    for index, namespace in enumerate(namespaces):
+        if not isinstance(namespace, str) or not _DNS_LABEL.match(namespace):
+            raise ConfigError(f"{_key(f'workloads.namespaces[{index}]')} must be a namespace name (got {namespace!r})")
+    if len(set(namespaces)) != len(namespaces):
+        raise ConfigError(f"{_key('workloads.namespaces')} lists a namespace twice")
+    return WorkloadSettings(
+        namespaces=tuple(namespaces),
+        service_account=s.dns_label("serviceAccount", WorkloadSettings.service_account),
+        create_namespaces=s.get("createNamespaces", bool, False),
+    )
+
+
+def _gcp(s: _Section) -> GcpSettings:
+    return GcpSettings(
+        project=s.require("project", str, "when cloud is gcp"),
+        region=s.get("region", str, "us-central1"),
+        bucket_location=s.get("bucketLocation", str, "US"),
+    )
+
+
+def _aws(s: _Section) -> AwsSettings:
+    return AwsSettings(
+        region=s.require("region", str, "when cloud is aws"),
+        identity_mode=s.choice("identityMode", AWS_IDENTITY_MODES, "pod-identity"),
+        cluster_name=s.get("clusterName", str, ""),
+        oidc_provider_arn=s.get("oidcProviderArn", str, ""),
+        oidc_issuer_url=s.get("oidcIssuerUrl", str, ""),
+        subnet_ids=tuple(str(subnet) for subnet in s.get("subnetIds", list, [])),
+    )
+
+
+def _azure(s: _Section) -> AzureSettings:
+    return AzureSettings(
+        location=s.require("location", str, "when cloud is azure"),
+        storage_account=_storage_account(s.require("storageAccount", str, "when cloud is azure")),
+        resource_group=s.get("resourceGroup", str, ""),
+        subscription_id=s.get("subscriptionId", str, ""),
+        oidc_issuer_url=s.get("oidcIssuerUrl", str, ""),
+    )
+
+
+def _storage_account(name: str) -> str:
+    if not re.match(r"^[a-z0-9]{3,24}$", name):
+        raise ConfigError(f"{_key('azure.storageAccount')} must be 3-24 lower-case letters and digits (got {name!r})")
+    return name
+
+
+def _cluster_stack(root: _Section) -> ClusterStackRef | None:
+    value = root.raw.get("clusterStack")
+    root.used.add("clusterStack")
+    if value in (None, ""):
+        return None
+    # The short form is just the stack name; the long form an object (JSON text from Pulumi).
+    is_name = isinstance(value, str) and not value.lstrip().startswith("{")
+    decoded = {"name": value} if is_name else _decode("clusterStack", value, dict)
+    section = _Section("clusterStack", _typed("clusterStack", decoded, dict))
+    ref = ClusterStackRef(
+        name=section.require("name", str, "(org/project/stack)"),
+        kubeconfig_output=section.get("kubeconfigOutput", str, "kubeconfig"),
+    )
+    section.reject_unknown()
+    if not _STACK_NAME.match(ref.name):
+        raise ConfigError(f"{_key('clusterStack.name')} must look like org/project/stack (got {ref.name!r})")
+    return ref
+
+
+def _check_cluster_source(config: StackConfig) -> None:
+    """Exactly one way to reach the cluster, and the identity facts an existing cluster needs."""
+    sources = [k for k, on in (("kubeconfig", config.kubeconfig), ("clusterStack", config.cluster_stack)) if on]
+    if config.create_cluster:
+        if config.cloud == "kind":
+            raise ConfigError(f"{_key('createCluster')} is not supported for kind: run `kind create cluster` first")
+        if sources:
+            raise ConfigError(f"{_key(sources[0])} must not be set when createCluster is true")
+    elif not sources:
+        raise ConfigError(
+            f"{_key('kubeconfig')} (a path or the content) or {_key('clusterStack')} is required "
+            "unless createCluster is true"
+        )
+    elif len(sources) > 1:
+        raise ConfigError(f"{_key('kubeconfig')} and {_key('clusterStack')} are exclusive: set one")
+    if config.create_cluster:
+        if config.aws is not None and len(config.aws.subnet_ids) < 2:
+            raise ConfigError(
+                f"{_key('aws.subnetIds')} must list at least two subnets (two AZs) to create an EKS cluster"
+            )
+        return
+    _check_existing_cluster_identity(config)
+
+
+def _check_existing_cluster_identity(config: StackConfig) -> None:
+    """What a storage identity needs to know about a cluster the stack does not create."""
+    if config.aws is not None:
+        if config.aws.identity_mode == "irsa":
+            for key, value in (
+                ("oidcProviderArn", config.aws.oidc_provider_arn),
+                ("oidcIssuerUrl", config.aws.oidc_issuer_url),
+            ):
+                if not value:
+                    raise ConfigError(f"{_key('aws.' + key)} is required for irsa on an existing cluster")
+        elif not config.aws.cluster_name:
+            raise ConfigError(f"{_key('aws.clusterName')} is required for pod-identity on an existing cluster")
+    if config.azure is not None and not config.azure.oidc_issuer_url:
+        raise ConfigError(f"{_key('azure.oidcIssuerUrl')} is required on an existing AKS cluster")
+
+
+# --- entry points -------------------------------------------------------------------------------
+
+
+def parse_config(raw: Mapping[str, object]) -> StackConfig:
+    """Validate the ``ray-history-server:*`` keys (namespace prefix stripped) into a :class:`StackConfig`.
+
+    Raises:
+        ConfigError: naming the first bad key.
+    """
+    root = _Section("", raw)
+    cloud = root.choice("cloud", CLOUDS)
+    sections: dict[str, Any] = {}
+    for name, reader in (("gcp", _gcp), ("aws", _aws), ("azure", _azure)):
+        value = _read_section(root, name, reader)
+        if value is not None and name != cloud:
+            raise ConfigError(f"{_key(name)} is set but cloud is {cloud}")
+        sections[name] = value
+    if cloud != "kind" and sections[cloud] is None:
+        required = {"gcp": "project", "aws": "region", "azure": "location"}[cloud]
+        raise ConfigError(f"{_key(cloud + '.' + required)} is required when cloud is {cloud}")
+    config = StackConfig(
+        cloud=cloud,
+        namespace=root.dns_label("namespace", "ray-history"),
+        kubeconfig=root.get("kubeconfig", str, ""),
+        kube_context=root.get("kubeContext", str, ""),
+        cluster_stack=_cluster_stack(root),
+        create_cluster=root.get("createCluster", bool, False),
+        cluster=_read_section(root, "cluster", _cluster) or ClusterSettings(),
+        storage=_read_section(root, "storage", _storage) or StorageSettings(),
+        images=_read_section(root, "images", _images) or ImageSettings(),
+        kuberay=_read_section(root, "kuberay", _kuberay) or KubeRaySettings(),
+        workloads=_read_section(root, "workloads", _workloads) or WorkloadSettings(),
+        **sections,
+    )
+    root.reject_unknown()
+    _check_cluster_source(config)
+    if config.images.build and not config.images.registry and config.cloud == "kind":
+        # On the clouds the stack creates a registry; kind needs the local one.
+        raise ConfigError(
+            f"{_key('images.registry')} is required on kind when images.build is true (the local registry)"
+        )
+    return config
+
+
+def stack_config_values() -> dict[str, object]:
+    """The project's keys of the running stack, prefix stripped (scalars as strings, objects as JSON)."""
+    # Pulumi exposes no public "list keys" call; reading the runtime map lets typos be reported.
+    from pulumi.runtime import config as runtime_config
+
+    merged: dict[str, object] = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    prefix = f"{NAMESPACE}:"
+    return {key.removeprefix(prefix): value for key, value in merged.items() if key.startswith(prefix)}
+
+
+def load_config() -> StackConfig:
+    """Validate the running stack's configuration (see :func:`parse_config`)."""
+    return parse_config(stack_config_values())

@@ -1,0 +1,192 @@
+"""The typed settings of a stack (what :mod:`infra.config` validates stack configuration into)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: Default chart version of the KubeRay operator (the RayClusterHistoryServer gate needs >= 1.7).
+DEFAULT_KUBERAY_VERSION = "1.7.1"
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """The cluster the program creates when ``createCluster`` is true.
+
+    Attributes:
+        name: cluster name (also the prefix of its cloud resources).
+        node_count: nodes in the default pool.
+        machine_type: GCE machine type / EC2 instance type / Azure VM size; empty = the component's default.
+        kubernetes_version: empty = the cloud's default version.
+    """
+
+    name: str = "ray-history"
+    node_count: int = 2
+    machine_type: str = ""
+    kubernetes_version: str = ""
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    """The bucket / container the collectors write and the history server reads.
+
+    Attributes:
+        bucket: bucket (GCS, S3, MinIO) or blob container (Azure) name; empty = auto-named.
+        root_dir: key prefix inside the bucket (``STORAGE_ROOT_DIR``); empty = bucket root.
+        force_destroy: let ``pulumi destroy`` delete a non-empty bucket (test stacks only).
+    """
+
+    bucket: str = ""
+    root_dir: str = ""
+    force_destroy: bool = False
+
+
+@dataclass(frozen=True)
+class ImageSettings:
+    """The collector and history server images.
+
+    Attributes:
+        build: build ``images/`` and push them to ``registry`` (with the Docker CLI's
+            credentials); false = use ``collector`` / ``server`` as given.
+        registry: registry host/path to push to (kind: the local registry, ``localhost:5001``).
+        tag: tag of built images.
+        collector: prebuilt collector image reference (required when ``build`` is false).
+        server: prebuilt history server image reference (required when ``build`` is false).
+        pull_policy: ``imagePullPolicy`` of the server Deployment and the collector sidecar.
+    """
+
+    build: bool = True
+    registry: str = ""
+    tag: str = "latest"
+    collector: str = ""
+    server: str = ""
+    pull_policy: str = "IfNotPresent"
+
+
+@dataclass(frozen=True)
+class KubeRaySettings:
+    """The KubeRay operator (Helm chart ``kuberay-operator``).
+
+    Attributes:
+        install: install the chart; false = an operator >= 1.7 with the
+            ``RayClusterHistoryServer`` gate already runs in the cluster.
+        version: chart version (>= 1.7.0).
+        namespace: namespace of the operator.
+    """
+
+    install: bool = True
+    version: str = DEFAULT_KUBERAY_VERSION
+    namespace: str = "ray-system"
+
+
+@dataclass(frozen=True)
+class WorkloadSettings:
+    """Where Ray clusters run: each namespace gets the writer service account.
+
+    Attributes:
+        namespaces: namespaces Ray pods run in.
+        service_account: the ServiceAccount Ray pod templates use (bucket write access).
+        create_namespaces: create the namespaces (false: they exist already).
+    """
+
+    namespaces: tuple[str, ...] = ("default",)
+    service_account: str = "ray-history-collector"
+    create_namespaces: bool = False
+
+
+@dataclass(frozen=True)
+class GcpSettings:
+    """Google Cloud: the explicit ``gcp`` provider and the bucket location.
+
+    Attributes:
+        project: project id (required).
+        region: region of created clusters and the Artifact Registry repository.
+        bucket_location: GCS location of the bucket (multi-region ``US`` or a region).
+    """
+
+    project: str
+    region: str = "us-central1"
+    bucket_location: str = "US"
+
+
+@dataclass(frozen=True)
+class AwsSettings:
+    """AWS: the explicit ``aws`` provider and how pods get S3 credentials.
+
+    Attributes:
+        region: region (required).
+        identity_mode: ``pod-identity`` (EKS Pod Identity agent) or ``irsa`` (IAM roles
+            for service accounts through the cluster's OIDC provider).
+        cluster_name: existing cluster's name (pod-identity associations need it).
+        oidc_provider_arn: existing cluster's IAM OIDC provider ARN (irsa).
+        oidc_issuer_url: existing cluster's OIDC issuer URL (irsa).
+        subnet_ids: subnets (two AZs at least) of the cluster ``createCluster`` makes.
+    """
+
+    region: str
+    identity_mode: str = "pod-identity"
+    cluster_name: str = ""
+    oidc_provider_arn: str = ""
+    oidc_issuer_url: str = ""
+    subnet_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AzureSettings:
+    """Azure: the explicit ``azure-native`` provider and workload identity facts.
+
+    Attributes:
+        location: Azure region (required).
+        storage_account: globally unique storage account name, 3-24 lower-case letters and digits (required).
+        resource_group: existing resource group to create resources in; empty = create one.
+        subscription_id: empty = the subscription of the signed-in principal.
+        oidc_issuer_url: existing AKS cluster's OIDC issuer URL (federated credentials need it).
+    """
+
+    location: str
+    storage_account: str
+    resource_group: str = ""
+    subscription_id: str = ""
+    oidc_issuer_url: str = ""
+
+
+@dataclass(frozen=True)
+class ClusterStackRef:
+    """Another stack that exports the cluster's kubeconfig.
+
+    Attributes:
+        name: fully qualified stack name (``org/project/stack``).
+        kubeconfig_output: name of the output holding the kubeconfig content.
+    """
+
+    name: str
+    kubeconfig_output: str = "kubeconfig"
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Everything the program needs, validated.
+
+    Attributes:
+        cloud: ``gcp``, ``aws``, ``azure`` or ``kind``.
+        namespace: namespace of the history server.
+        kubeconfig: path to, or content of, the existing cluster's kubeconfig.
+        kube_context: kubeconfig context to use; empty = the current context.
+        cluster_stack: stack exporting the kubeconfig (instead of ``kubeconfig``).
+        create_cluster: create GKE / EKS / AKS instead of using an existing cluster.
+        cluster: settings of the created cluster.
+    """
+
+    cloud: str
+    namespace: str = "ray-history"
+    kubeconfig: str = ""
+    kube_context: str = ""
+    cluster_stack: ClusterStackRef | None = None
+    create_cluster: bool = False
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    storage: StorageSettings = field(default_factory=StorageSettings)
+    images: ImageSettings = field(default_factory=ImageSettings)
+    kuberay: KubeRaySettings = field(default_factory=KubeRaySettings)
+    workloads: WorkloadSettings = field(default_factory=WorkloadSettings)
+    gcp: GcpSettings | None = None
+    aws: AwsSettings | None = None
+    azure: AzureSettings | None = None

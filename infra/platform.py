@@ -1,0 +1,265 @@
+"""The per-cloud part of the program: the cluster, the storage + identity component, the images.
+
+Each cloud's SDK is imported only on that cloud's path, so a stack needs only its
+own extra installed (``pip install -e '.[aws]'``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, cast
+
+import pulumi
+
+from infra.components.contracts import ServiceAccountRef, StorageWiring
+from infra.config import AzureSettings, ConfigError, StackConfig
+from infra.providers import existing_cluster_kubeconfig
+
+#: MinIO gets its own namespace: the history server's enforces the "restricted" Pod Security Standard.
+MINIO_NAMESPACE = "ray-history-minio"
+
+
+@dataclass
+class Cluster:
+    """How to reach the cluster, and the identity facts storage components need.
+
+    Attributes:
+        kubeconfig: kubeconfig content (a secret).
+        oidc_issuer_url: the cluster's OIDC issuer (IRSA, Azure federated credentials).
+        oidc_provider_arn: AWS IAM OIDC provider (IRSA).
+        name: cluster name (EKS Pod Identity associations).
+        project_number: GCP project number, when a created GKE cluster knows it.
+    """
+
+    kubeconfig: pulumi.Output[str]
+    oidc_issuer_url: pulumi.Input[str] | None = None
+    oidc_provider_arn: pulumi.Input[str] | None = None
+    name: pulumi.Input[str] | None = None
+    project_number: pulumi.Input[str] | None = None
+    azure_resource_group: pulumi.Input[str] | None = None
+
+
+@dataclass
+class Images:
+    """Image references the Deployment and the collectorOptions block use."""
+
+    collector: pulumi.Input[str]
+    server: pulumi.Input[str]
+
+
+def cluster_for(config: StackConfig, on_cloud: pulumi.ResourceOptions) -> Cluster:
+    """An existing cluster (kubeconfig / StackReference) or, with ``createCluster``, a new one."""
+    if not config.create_cluster:
+        kubeconfig = existing_cluster_kubeconfig(config)
+        if config.aws is not None:
+            return Cluster(
+                kubeconfig,
+                oidc_issuer_url=config.aws.oidc_issuer_url or None,
+                oidc_provider_arn=config.aws.oidc_provider_arn or None,
+                name=config.aws.cluster_name or None,
+            )
+        if config.azure is not None:
+            # One resource group for everything Azure the stack makes (storage, registry).
+            group = azure_resource_group(config.azure, on_cloud)
+            return Cluster(kubeconfig, oidc_issuer_url=config.azure.oidc_issuer_url, azure_resource_group=group)
+        return Cluster(kubeconfig)
+    return created_cluster(config, on_cloud)
+
+
+def created_cluster(config: StackConfig, on_cloud: pulumi.ResourceOptions) -> Cluster:
+    """GKE / EKS / AKS made by this stack (infra/components/clusters.py)."""
+    from infra.components import clusters
+
+    settings = config.cluster
+    if config.gcp is not None:
+        gke = clusters.GkeCluster(
+            settings.name,
+            clusters.GkeClusterArgs(
+                project=config.gcp.project,
+                location=config.gcp.region,
+                # A machine type asks for a standard cluster; otherwise Autopilot.
+                autopilot=not settings.machine_type,
+                machine_type=settings.machine_type or "e2-standard-4",
+                node_count=settings.node_count,
+            ),
+            opts=on_cloud,
+        )
+        return Cluster(gke.kubeconfig, project_number=gke.project_number)
+    if config.aws is not None:
+        eks = clusters.EksCluster(
+            settings.name,
+            clusters.EksClusterArgs(
+                subnet_ids=list(config.aws.subnet_ids),
+                region=config.aws.region,
+                version=settings.kubernetes_version or None,
+                instance_types=(settings.machine_type,) if settings.machine_type else ("m6i.large",),
+                desired_size=settings.node_count,
+                max_size=max(3, settings.node_count),
+            ),
+            opts=on_cloud,
+        )
+        return Cluster(
+            eks.kubeconfig,
+            oidc_issuer_url=eks.oidc_issuer_url,
+            oidc_provider_arn=eks.oidc_provider_arn,
+            name=eks.cluster_name,
+        )
+    if config.azure is not None:
+        group = azure_resource_group(config.azure, on_cloud)
+        aks = clusters.AksCluster(
+            settings.name,
+            clusters.AksClusterArgs(
+                resource_group_name=group,
+                location=config.azure.location,
+                node_vm_size=settings.machine_type or "Standard_D4s_v5",
+                node_count=settings.node_count,
+                kubernetes_version=settings.kubernetes_version or None,
+            ),
+            opts=on_cloud,
+        )
+        return Cluster(aks.kubeconfig, oidc_issuer_url=aks.oidc_issuer_url, azure_resource_group=group)
+    raise ConfigError("ray-history-server:createCluster is not supported for kind: run `kind create cluster` first")
+
+
+def storage_for(
+    config: StackConfig,
+    cluster: Cluster,
+    *,
+    server: ServiceAccountRef,
+    writers: Sequence[ServiceAccountRef],
+    on_cloud: pulumi.ResourceOptions,
+    on_k8s: pulumi.ResourceOptions,
+    consumer_namespaces: Sequence[pulumi.Resource] = (),
+) -> StorageWiring:
+    """The storage + identity component of the stack's cloud; returns its wiring."""
+    bucket = config.storage.bucket or None
+    if config.gcp is not None:
+        from infra.components.gcp_storage import GcsHistoryStorage, GcsHistoryStorageArgs
+
+        return GcsHistoryStorage(
+            "history",
+            GcsHistoryStorageArgs(
+                project=config.gcp.project,
+                location=config.gcp.bucket_location,
+                writers=writers,
+                server=server,
+                bucket_name=bucket,
+                root_dir=config.storage.root_dir,
+                project_number=cluster.project_number,
+                force_destroy=config.storage.force_destroy,
+            ),
+            opts=on_cloud,
+        ).wiring
+    if config.aws is not None:
+        from infra.components.aws_storage import S3HistoryStorage, S3HistoryStorageArgs
+
+        irsa = config.aws.identity_mode == "irsa"
+        identity_mode: Literal["irsa", "pod-identity"] = "irsa" if irsa else "pod-identity"
+        return S3HistoryStorage(
+            "history",
+            S3HistoryStorageArgs(
+                identity_mode=identity_mode,
+                writers=writers,
+                server=server,
+                oidc_provider_arn=cluster.oidc_provider_arn,
+                oidc_issuer_url=cluster.oidc_issuer_url,
+                cluster_name=cluster.name,
+                bucket_name=bucket,
+                root_dir=config.storage.root_dir,
+                force_destroy=config.storage.force_destroy,
+            ),
+            opts=on_cloud,
+        ).wiring
+    if config.azure is not None:
+        from infra.components.azure_storage import AzureBlobHistoryStorage, AzureBlobHistoryStorageArgs
+
+        if cluster.oidc_issuer_url is None:
+            raise ConfigError("ray-history-server:azure.oidcIssuerUrl is required")
+        return AzureBlobHistoryStorage(
+            "history",
+            AzureBlobHistoryStorageArgs(
+                resource_group_name=cluster.azure_resource_group or azure_resource_group(config.azure, on_cloud),
+                account_name=config.azure.storage_account,
+                oidc_issuer_url=cluster.oidc_issuer_url,
+                writers=writers,
+                server=server,
+                location=config.azure.location,
+                container_name=bucket or "ray-historyserver",
+                root_dir=config.storage.root_dir,
+            ),
+            opts=on_cloud,
+        ).wiring
+    from infra.components.minio import MinioHistoryStorage, MinioHistoryStorageArgs
+
+    return MinioHistoryStorage(
+        "history",
+        MinioHistoryStorageArgs(
+            namespace=MINIO_NAMESPACE,
+            create_namespace=True,
+            writers=writers,
+            server=server,
+            bucket_name=bucket or "ray-historyserver",
+            root_dir=config.storage.root_dir,
+            # The keys are copied into the server's and the writers' namespaces: those must exist first.
+            consumer_dependencies=consumer_namespaces,
+        ),
+        opts=on_k8s,
+    ).wiring
+
+
+def azure_resource_group(azure: AzureSettings, on_cloud: pulumi.ResourceOptions) -> pulumi.Input[str]:
+    """The configured resource group, or one the stack creates (and deletes on destroy)."""
+    if azure.resource_group:
+        return azure.resource_group
+    import pulumi_azure_native as azure_native
+
+    group = azure_native.resources.ResourceGroup("ray-history", location=azure.location, opts=on_cloud)
+    return cast(pulumi.Output[str], group.name)
+
+
+def build_images(
+    config: StackConfig, cluster: Cluster, cloud: pulumi.ProviderResource | None
+) -> tuple[Images, list[pulumi.Resource]]:
+    """Prebuilt references from config, or images built and pushed by ``pulumi up``.
+
+    Returns the references and the build resources consumers must wait for. Built images
+    are referenced by ``ref`` (tag@digest) so a rebuild rolls the pods. Without
+    ``images.registry`` the stack creates the cloud's registry (Artifact Registry, ECR,
+    ACR) and pushes there with the credentials the provider gives; with it, images go to
+    that registry with the Docker CLI's credentials (kind: the local registry).
+    """
+    if not config.images.build:
+        return Images(collector=config.images.collector, server=config.images.server), []
+    import pulumi_docker_build as docker_build
+
+    from infra.components.images import HistoryImages, HistoryImagesArgs
+
+    tag = config.images.tag
+    # Cloud nodes are amd64; kind nodes run the local architecture.
+    platforms: tuple[str, ...] = () if config.cloud == "kind" else ("linux/amd64",)
+    if config.images.registry:
+        args = HistoryImagesArgs(
+            registry="none", existing_registry=config.images.registry, tag=tag, platforms=platforms
+        )
+    elif config.gcp is not None:
+        args = HistoryImagesArgs(
+            registry="gcp", gcp_project=config.gcp.project, gcp_location=config.gcp.region, tag=tag, platforms=platforms
+        )
+    elif config.aws is not None:
+        args = HistoryImagesArgs(registry="aws", tag=tag, platforms=platforms)
+    elif config.azure is not None:
+        args = HistoryImagesArgs(
+            registry="azure",
+            azure_resource_group_name=cluster.azure_resource_group,
+            # ACR names: 5-50 letters and digits, globally unique like the storage account's.
+            azure_registry_name=f"{config.azure.storage_account}acr",
+            azure_location=config.azure.location,
+            tag=tag,
+            platforms=platforms,
+        )
+    else:
+        raise ConfigError("ray-history-server:images.registry is required to build images on kind")
+    providers = [docker_build.Provider("docker-build"), *([cloud] if cloud is not None else [])]
+    images = HistoryImages("images", args, opts=pulumi.ResourceOptions(providers=providers))
+    return Images(collector=images.collector_image, server=images.server_image), [images]

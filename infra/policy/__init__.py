@@ -1,0 +1,1 @@
+"""The ``ray-history-guardrails`` policy pack (``pulumi preview --policy-pack infra/policy``)."""

@@ -1,0 +1,147 @@
+"""The Pulumi program: compose the components for the stack's cloud and export what teams reuse.
+
+``cloud`` picks the storage + identity component (GCS, S3, Azure Blob, or MinIO on
+kind); everything on the Kubernetes side is the same for all four: the KubeRay
+operator with the ``RayClusterHistoryServer`` gate, the history server, and the
+writer service accounts Ray pods run as. Every resource gets an explicit provider.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.components.contracts import SERVER_SERVICE_ACCOUNT, ServiceAccountRef, StorageWiring
+from infra.components.history_server import SERVICE_PORT, HistoryServerArgs, HistoryServerK8s
+from infra.components.kuberay import KubeRayOperator, KubeRayOperatorArgs
+from infra.components.workloads import RayWorkloadAccounts, RayWorkloadAccountsArgs
+from infra.config import StackConfig, load_config
+from infra.outputs import collector_options_output
+from infra.platform import Cluster, build_images, cluster_for, storage_for
+from infra.providers import cloud_provider, kubernetes_provider
+
+
+@dataclass
+class Deployment:
+    """What :func:`deploy` created (the tests inspect it; the outputs are exported)."""
+
+    config: StackConfig
+    k8s_provider: k8s.Provider
+    cloud_provider: pulumi.ProviderResource | None
+    cluster: Cluster
+    wiring: StorageWiring
+    history_server: HistoryServerK8s
+    workloads: RayWorkloadAccounts
+    kuberay: KubeRayOperator | None
+    outputs: dict[str, Any]
+
+
+def precreated_namespaces(config: StackConfig, on_k8s: pulumi.ResourceOptions) -> dict[str, k8s.core.v1.Namespace]:
+    """The history server's namespace (labelled as HistoryServerK8s labels its own) and,
+    with ``workloads.createNamespaces``, the workload namespaces."""
+    part_of = {"app.kubernetes.io/part-of": "ray-history"}
+    created = {
+        config.namespace: k8s.core.v1.Namespace(
+            "history-ns",
+            metadata={
+                "name": config.namespace,
+                "labels": {**part_of, "pod-security.kubernetes.io/enforce": "restricted"},
+            },
+            opts=on_k8s,
+        )
+    }
+    if config.workloads.create_namespaces:
+        for namespace in config.workloads.namespaces:
+            if namespace not in created:
+                created[namespace] = k8s.core.v1.Namespace(
+                    f"workloads-{namespace}-ns", metadata={"name": namespace, "labels": part_of}, opts=on_k8s
+                )
+    return created
+
+
+def deploy(config: StackConfig | None = None) -> Deployment:
+    """Create every resource of the stack and export its outputs."""
+    config = config or load_config()
+    cloud = cloud_provider(config)
+    on_cloud = pulumi.ResourceOptions(providers=[cloud] if cloud else [])
+
+    cluster = cluster_for(config, on_cloud)
+    k8s_provider = kubernetes_provider(config, cluster.kubeconfig)
+    on_k8s = pulumi.ResourceOptions(providers=[k8s_provider])
+
+    server_account = ServiceAccountRef(config.namespace, SERVER_SERVICE_ACCOUNT)
+    writers = [ServiceAccountRef(ns, config.workloads.service_account) for ns in config.workloads.namespaces]
+    # On kind, MinIO copies its keys into the server's and the writers' namespaces, so
+    # those namespaces are created here, before the storage, instead of by the components.
+    namespaces = precreated_namespaces(config, on_k8s) if config.cloud == "kind" else {}
+    wiring = storage_for(
+        config,
+        cluster,
+        server=server_account,
+        writers=writers,
+        on_cloud=on_cloud,
+        on_k8s=on_k8s,
+        consumer_namespaces=list(namespaces.values()),
+    )
+    images, image_builds = build_images(config, cluster, cloud)
+
+    kuberay = None
+    if config.kuberay.install:
+        kuberay = KubeRayOperator(
+            "kuberay",
+            KubeRayOperatorArgs(version=config.kuberay.version, namespace=config.kuberay.namespace),
+            opts=on_k8s,
+        )
+    history_server = HistoryServerK8s(
+        "history",
+        HistoryServerArgs(
+            image=images.server,  # tag@digest when built: a rebuild rolls the pods
+            wiring=wiring,
+            namespace=config.namespace,
+            create_namespace=config.namespace not in namespaces,
+            image_pull_policy=config.images.pull_policy,
+        ),
+        opts=pulumi.ResourceOptions.merge(on_k8s, pulumi.ResourceOptions(depends_on=image_builds)),
+    )
+    workloads = RayWorkloadAccounts(
+        "ray-workloads",
+        RayWorkloadAccountsArgs(
+            namespaces=list(config.workloads.namespaces),
+            wiring=wiring,
+            account_name=config.workloads.service_account,
+            create_namespaces=config.workloads.create_namespaces and not namespaces,
+        ),
+        opts=on_k8s,
+    )
+
+    outputs: dict[str, Any] = {
+        "cloud": config.cloud,
+        "bucket": wiring.bucket,
+        "storageBackend": wiring.backend,
+        # The collectors' storage settings (README "Storage configuration" names).
+        "storageEnv": wiring.env,
+        # On kind the MinIO keys come from a Secret: name -> {secret, key}.
+        "storageSecretEnv": {name: {"secret": s, "key": k} for name, (s, k) in wiring.secret_env.items()},
+        "collectorImage": images.collector,
+        "serverImage": images.server,
+        "historyServer": {
+            "name": history_server.service_name,
+            "namespace": history_server.namespace,
+            "port": SERVICE_PORT,
+            "url": history_server.url,
+        },
+        "workloadServiceAccounts": [
+            {"namespace": ns, "name": workloads.account_name} for ns in config.workloads.namespaces
+        ],
+        "workloadPodLabels": workloads.pod_labels,
+        "historyServerOptions": collector_options_output(
+            wiring, images.collector, config.images.pull_policy, writers[0]
+        ),
+        "kuberayNamespace": config.kuberay.namespace if kuberay else None,
+    }
+    for name, value in outputs.items():
+        pulumi.export(name, value)
+    return Deployment(config, k8s_provider, cloud, cluster, wiring, history_server, workloads, kuberay, outputs)

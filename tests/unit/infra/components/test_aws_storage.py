@@ -1,0 +1,237 @@
+"""S3HistoryStorage under Pulumi mocks: bucket hardening, trust policies, least privilege, wiring."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pytest
+
+from infra.components.aws_storage import S3HistoryStorage, S3HistoryStorageArgs
+from infra.components.contracts import ServiceAccountRef
+from tests.unit.infra.mocks import AWS_ACCOUNT, AWS_REGION, EKS_ISSUER, RecordingMocks, settled
+
+WRITERS = [ServiceAccountRef("ray", "ray-collector"), ServiceAccountRef("team-a", "ray-worker")]
+SERVER = ServiceAccountRef("ray-system", "ray-history-server")
+OIDC_ARN = f"arn:aws:iam::{AWS_ACCOUNT}:oidc-provider/{EKS_ISSUER.removeprefix('https://')}"
+ISSUER_HOST = EKS_ISSUER.removeprefix("https://")
+
+
+@pytest.fixture
+def mocks() -> RecordingMocks:
+    return RecordingMocks.install()
+
+
+def _storage(**overrides: Any) -> S3HistoryStorage:
+    provider = aws.Provider("aws-explicit", region=AWS_REGION)
+    settings: dict[str, Any] = {
+        "identity_mode": "irsa",
+        "oidc_provider_arn": OIDC_ARN,
+        "oidc_issuer_url": EKS_ISSUER,
+        "writers": WRITERS,
+        "server": SERVER,
+        "bucket_name": "ray-history-demo",
+        "retention_days": 14,
+    }
+    settings.update(overrides)
+    return S3HistoryStorage(
+        "history", S3HistoryStorageArgs(**settings), opts=pulumi.ResourceOptions(providers=[provider])
+    )
+
+
+def _done(storage: S3HistoryStorage) -> pulumi.Output[Any]:
+    """An output that resolves once every child of the component is registered."""
+    return pulumi.Output.all(storage.wiring.env, storage.server_role.arn, storage.server_role.id)
+
+
+def _policy(mocks: RecordingMocks, role_name: str) -> dict[str, Any]:
+    [policy] = [r for r in mocks.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == f"{role_name}-s3"]
+    return json.loads(policy.inputs["policy"])
+
+
+@settled
+def test_bucket_is_owner_enforced_private_encrypted_and_expires(mocks: RecordingMocks) -> pulumi.Output[None]:
+    storage = _storage(root_dir="prod")
+
+    def check(_: object) -> None:
+        assert mocks.one("aws:s3/bucket:Bucket").inputs["bucket"] == "ray-history-demo"
+        ownership = mocks.one("aws:s3/bucketOwnershipControls:BucketOwnershipControls").inputs
+        assert ownership["rule"] == {"objectOwnership": "BucketOwnerEnforced"}
+        block = mocks.one("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock").inputs
+        for flag in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"):
+            assert block[flag] is True, flag
+        sse = mocks.one("aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration").inputs
+        assert sse["rules"][0]["applyServerSideEncryptionByDefault"] == {"sseAlgorithm": "AES256"}
+        rules = {
+            r["id"]: r
+            for r in mocks.one("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration").inputs["rules"]
+        }
+        assert rules["expire-history"]["expiration"] == {"days": 14}
+        assert rules["expire-history"]["filter"] == {"prefix": "prod/"}
+        assert rules["abort-incomplete-uploads"]["abortIncompleteMultipartUpload"] == {"daysAfterInitiation": 2}
+        assert not mocks.of_type("aws:s3/bucketPolicy:BucketPolicy")  # nothing can open the bucket up
+
+    return _done(storage).apply(check)
+
+
+@settled
+def test_kms_key_switches_to_sse_kms(mocks: RecordingMocks) -> pulumi.Output[None]:
+    storage = _storage(kms_key_arn="arn:aws:kms:us-east-1:123456789012:key/abc", retention_days=None)
+
+    def check(_: object) -> None:
+        rule = mocks.one(
+            "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+        ).inputs["rules"][0]
+        assert rule["applyServerSideEncryptionByDefault"] == {
+            "sseAlgorithm": "aws:kms",
+            "kmsMasterKeyId": "arn:aws:kms:us-east-1:123456789012:key/abc",
+        }
+        assert rule["bucketKeyEnabled"] is True
+        ids = [
+            r["id"]
+            for r in mocks.one("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration").inputs["rules"]
+        ]
+        assert ids == ["abort-incomplete-uploads"]
+
+    return _done(storage).apply(check)
+
+
+@settled
+def test_irsa_trust_policies_pin_subject_and_audience(mocks: RecordingMocks) -> pulumi.Output[None]:
+    storage = _storage()
+
+    def check(_: object) -> None:
+        roles = {r.name: json.loads(r.inputs["assumeRolePolicy"]) for r in mocks.of_type("aws:iam/role:Role")}
+        assert set(roles) == {"history-server", "history-writer"}
+        for role_name, subjects in {
+            "history-server": ["system:serviceaccount:ray-system:ray-history-server"],
+            "history-writer": ["system:serviceaccount:ray:ray-collector", "system:serviceaccount:team-a:ray-worker"],
+        }.items():
+            [statement] = roles[role_name]["Statement"]
+            assert statement["Effect"] == "Allow"
+            assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
+            assert statement["Principal"] == {"Federated": OIDC_ARN}
+            assert statement["Condition"] == {
+                "StringEquals": {f"{ISSUER_HOST}:sub": subjects, f"{ISSUER_HOST}:aud": "sts.amazonaws.com"}
+            }
+        assert not mocks.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+
+    return _done(storage).apply(check)
+
+
+@settled
+def test_policies_are_least_privilege_on_the_bucket_only(mocks: RecordingMocks) -> pulumi.Output[None]:
+    storage = _storage()
+    arn = "arn:aws:s3:::ray-history-demo"
+
+    def check(_: object) -> None:
+        server = {s["Resource"]: sorted(s["Action"]) for s in _policy(mocks, "history-server")["Statement"]}
+        assert server == {arn: ["s3:ListBucket"], f"{arn}/*": ["s3:GetObject"]}
+        writer = {s["Resource"]: sorted(s["Action"]) for s in _policy(mocks, "history-writer")["Statement"]}
+        assert writer == {
+            arn: ["s3:ListBucket", "s3:ListBucketMultipartUploads"],
+            f"{arn}/*": sorted(
+                [
+                    "s3:AbortMultipartUpload",
+                    "s3:DeleteObject",
+                    "s3:GetObject",
+                    "s3:ListMultipartUploadParts",
+                    "s3:PutObject",
+                ]
+            ),
+        }
+        for role in ("history-server", "history-writer"):
+            for statement in _policy(mocks, role)["Statement"]:
+                assert all("*" not in action for action in statement["Action"])
+                assert statement["Effect"] == "Allow"
+        assert not mocks.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+
+    return _done(storage).apply(check)
+
+
+@settled
+def test_irsa_wiring_annotates_service_accounts(mocks: RecordingMocks) -> pulumi.Output[None]:
+    storage = _storage(root_dir="prod")
+    writer = storage.wiring.writers["team-a/ray-worker"]
+
+    def check(args: list[Any]) -> None:
+        env, server_annotations, writer_annotations = args
+        assert env == {
+            "STORAGE_BACKEND": "s3",
+            "S3_BUCKET": "ray-history-demo",
+            "S3_REGION": AWS_REGION,
+            "STORAGE_ROOT_DIR": "prod",
+        }
+        assert server_annotations == {"eks.amazonaws.com/role-arn": f"arn:aws:iam::{AWS_ACCOUNT}:role/history-server"}
+        assert re.fullmatch(
+            r"arn:aws:iam::\d{12}:role/history-writer", writer_annotations["eks.amazonaws.com/role-arn"]
+        )
+        assert set(storage.wiring.writers) == {"ray/ray-collector", "team-a/ray-worker"}
+
+    return pulumi.Output.all(
+        storage.wiring.env, storage.wiring.server.service_account_annotations, writer.service_account_annotations
+    ).apply(check)
+
+
+def test_pod_identity_trust_and_associations(mocks: RecordingMocks) -> None:
+    built: list[S3HistoryStorage] = []
+
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[Any]:
+        built.append(
+            _storage(
+                identity_mode="pod-identity", cluster_name="demo-eks", oidc_provider_arn=None, oidc_issuer_url=None
+            )
+        )
+        return _done(built[0])
+
+    # The associations register once the roles' ARNs resolve: check after every
+    # registration finished (the decorator waits for them), not inside an apply.
+    program()
+    storage = built[0]
+    for role in mocks.of_type("aws:iam/role:Role"):
+        [statement] = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
+        assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+        assert sorted(statement["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
+        assert "Condition" not in statement
+    associations = {
+        (a.inputs["clusterName"], a.inputs["namespace"], a.inputs["serviceAccount"], a.inputs["roleArn"])
+        for a in mocks.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    }
+    role_arn = f"arn:aws:iam::{AWS_ACCOUNT}:role/history-"
+    assert associations == {
+        ("demo-eks", "ray-system", "ray-history-server", role_arn + "server"),
+        ("demo-eks", "ray", "ray-collector", role_arn + "writer"),
+        ("demo-eks", "team-a", "ray-worker", role_arn + "writer"),
+    }
+    assert storage.wiring.server.service_account_annotations == {}
+
+
+@settled
+def test_every_resource_uses_the_explicit_provider(mocks: RecordingMocks) -> pulumi.Output[None]:
+    storage = _storage(identity_mode="pod-identity", cluster_name="demo-eks")
+    return _done(storage).apply(lambda _: mocks.assert_all_use_provider("aws", "aws-explicit"))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"identity_mode": "kiam"}, "S3HistoryStorageArgs.identity_mode='kiam'"),
+        ({"identity_mode": "irsa"}, "S3HistoryStorageArgs.oidc_provider_arn"),
+        ({"identity_mode": "pod-identity"}, "S3HistoryStorageArgs.cluster_name"),
+        (
+            {"identity_mode": "pod-identity", "cluster_name": "c", "bucket_name": "UPPER"},
+            "S3HistoryStorageArgs.bucket_name",
+        ),
+        (
+            {"identity_mode": "pod-identity", "cluster_name": "c", "retention_days": -1},
+            "S3HistoryStorageArgs.retention_days",
+        ),
+    ],
+)
+def test_bad_args_name_the_field(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        S3HistoryStorageArgs(**overrides)

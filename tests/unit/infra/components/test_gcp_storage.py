@@ -1,0 +1,168 @@
+"""GcsHistoryStorage under Pulumi mocks: bucket hardening, WIF members, roles, wiring."""
+
+from __future__ import annotations
+
+import re
+
+import pulumi
+import pulumi_gcp as gcp
+import pytest
+
+from infra.components.contracts import ServiceAccountRef
+from infra.components.gcp_storage import (
+    SERVER_ROLE,
+    WRITER_ROLE,
+    GcsHistoryStorage,
+    GcsHistoryStorageArgs,
+    workload_identity_principal,
+)
+from tests.unit.infra.mocks import GCP_PROJECT_NUMBER, RecordingMocks, settled
+
+WRITERS = [ServiceAccountRef("ray", "ray-collector"), ServiceAccountRef("team-a", "ray-worker")]
+SERVER = ServiceAccountRef("ray-system", "ray-history-server")
+
+
+@pytest.fixture
+def mocks() -> RecordingMocks:
+    return RecordingMocks.install()
+
+
+def _storage(**overrides: object) -> GcsHistoryStorage:
+    provider = gcp.Provider("gcp-explicit", project="demo-proj")
+    settings: dict[str, object] = {
+        "project": "demo-proj",
+        "location": "US",
+        "writers": WRITERS,
+        "server": SERVER,
+        "retention_days": 30,
+    }
+    settings.update(overrides)
+    return GcsHistoryStorage(
+        "history",
+        GcsHistoryStorageArgs(**settings),
+        opts=pulumi.ResourceOptions(providers=[provider]),  # type: ignore[arg-type]
+    )
+
+
+def test_principal_string_matches_gke_format() -> None:
+    member = workload_identity_principal("42", "proj", ServiceAccountRef("ns1", "ksa"))
+    assert member == (
+        "principal://iam.googleapis.com/projects/42/locations/global/workloadIdentityPools/"
+        "proj.svc.id.goog/subject/ns/ns1/sa/ksa"
+    )
+
+
+@settled
+def test_bucket_is_private_uniform_and_expires(mocks: RecordingMocks) -> pulumi.Output[None]:
+    storage = _storage()
+
+    def check(_: object) -> None:
+        bucket = mocks.one("gcp:storage/bucket:Bucket").inputs
+        assert bucket["uniformBucketLevelAccess"] is True
+        assert bucket["publicAccessPrevention"] == "enforced"
+        assert bucket["location"] == "US"
+        assert bucket["lifecycleRules"] == [{"action": {"type": "Delete"}, "condition": {"age": 30}}]
+
+    return storage.bucket_name.apply(check)
+
+
+@settled
+def test_no_lifecycle_rule_without_retention(mocks: RecordingMocks) -> pulumi.Output[None]:
+    storage = _storage(retention_days=None)
+    return storage.bucket_name.apply(
+        lambda _: None if not mocks.one("gcp:storage/bucket:Bucket").inputs.get("lifecycleRules") else pytest.fail()
+    )
+
+
+@settled
+def test_writers_get_object_user_and_server_read_only(mocks: RecordingMocks) -> pulumi.Output[None]:
+    storage = _storage()
+
+    def check(_: object) -> None:
+        grants = {
+            (r.inputs["member"], r.inputs["role"], r.inputs["bucket"])
+            for r in mocks.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+        }
+        bucket = "history-bucket"  # auto-named under mocks
+        prefix = (
+            f"principal://iam.googleapis.com/projects/{GCP_PROJECT_NUMBER}/locations/global/"
+            "workloadIdentityPools/demo-proj.svc.id.goog/subject"
+        )
+        assert grants == {
+            (f"{prefix}/ns/ray/sa/ray-collector", WRITER_ROLE, bucket),
+            (f"{prefix}/ns/team-a/sa/ray-worker", WRITER_ROLE, bucket),
+            (f"{prefix}/ns/ray-system/sa/ray-history-server", SERVER_ROLE, bucket),
+        }
+        assert SERVER_ROLE == "roles/storage.objectViewer"
+        assert WRITER_ROLE == "roles/storage.objectUser"
+        # No authoritative policy resources that would wipe other grants.
+        assert not mocks.of_type("gcp:storage/bucketIAMPolicy:BucketIAMPolicy")
+        assert not mocks.of_type("gcp:storage/bucketIAMBinding:BucketIAMBinding")
+
+    return pulumi.Output.all(*storage.members.values()).apply(check)
+
+
+@settled
+def test_known_project_number_skips_lookup(mocks: RecordingMocks) -> pulumi.Output[None]:
+    storage = _storage(project_number="111")
+
+    def check(member: str) -> None:
+        assert "/projects/111/" in member
+        assert not [c for c in mocks.calls if c[0] == "gcp:organizations/getProject:getProject"]
+
+    return storage.members["server"].apply(check)
+
+
+@settled
+def test_wiring_env_and_identities(mocks: RecordingMocks) -> pulumi.Output[None]:
+    storage = _storage(bucket_name="my-ray-history", root_dir="/prod/")
+
+    def check(env: dict[str, str]) -> None:
+        assert env == {
+            "STORAGE_BACKEND": "gcs",
+            "GCS_BUCKET": "my-ray-history",
+            "GOOGLE_CLOUD_PROJECT": "demo-proj",
+            "STORAGE_ROOT_DIR": "prod",
+        }
+        assert storage.wiring.backend == "gcs"
+        assert set(storage.wiring.writers) == {"ray/ray-collector", "team-a/ray-worker"}
+        assert storage.wiring.server.service_account_annotations == {}
+        assert storage.wiring.secret_env == {}
+
+    return pulumi.Output.from_input(storage.wiring.env).apply(check)
+
+
+@settled
+def test_every_resource_and_invoke_uses_the_explicit_provider(mocks: RecordingMocks) -> pulumi.Output[None]:
+    storage = _storage()
+    return pulumi.Output.all(*storage.members.values()).apply(
+        lambda _: mocks.assert_all_use_provider("gcp", "gcp-explicit")
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"project": ""}, "project"),
+        ({"bucket_name": "Bad_Name!"}, "bucket_name"),
+        ({"retention_days": 0}, "retention_days"),
+        ({"writers": [ServiceAccountRef("Bad NS", "sa")]}, "writers[0].namespace"),
+        ({"writers": [WRITERS[0], WRITERS[0]]}, "writers"),
+    ],
+)
+def test_bad_args_name_the_field(overrides: dict[str, object], field: str) -> None:
+    settings: dict[str, object] = {"project": "p", "location": "US", **overrides}
+    with pytest.raises(ValueError, match=re.escape(f"GcsHistoryStorageArgs.{field}")):
+        GcsHistoryStorageArgs(**settings)  # type: ignore[arg-type]
+
+
+@settled
+def test_provider_check_catches_a_default_provider(mocks: RecordingMocks) -> pulumi.Output[None]:
+    """The helper the provider tests rely on fails when a component falls back to the default provider."""
+    storage = GcsHistoryStorage("history", GcsHistoryStorageArgs(project="demo-proj", location="US"))
+
+    def check(_: object) -> None:
+        with pytest.raises(AssertionError, match="not using provider 'gcp-explicit'"):
+            mocks.assert_all_use_provider("gcp", "gcp-explicit")
+
+    return pulumi.Output.all(*storage.members.values()).apply(check)

@@ -1,0 +1,194 @@
+"""infra/components/history_server.py under Pulumi mocks; every object schema-validated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import ray
+
+from infra.components.contracts import IdentityWiring, StorageWiring
+from infra.components.history_server import (
+    CACHE_DIR,
+    DASHBOARD_DIR,
+    HistoryServerArgs,
+    HistoryServerIngress,
+    HistoryServerK8s,
+)
+from runtime.server.cli import build_parser
+from tests.unit.infra.mocks import RecordedResource, RecordingMocks
+from tests.unit.infra.schema_validation import validate_k8s
+
+K8S = "kubernetes:"
+AZURE_WIRING = StorageWiring(
+    backend="azureblob",
+    bucket="ray-history",
+    env=pulumi.Output.from_input(
+        {
+            "STORAGE_BACKEND": "azureblob",
+            "AZURE_STORAGE_ACCOUNT_URL": "https://acct.blob.core.windows.net/",
+            "AZURE_STORAGE_CONTAINER": "ray-history",
+        }
+    ),
+    server=IdentityWiring(
+        service_account_annotations=pulumi.Output.from_input({"azure.workload.identity/client-id": "cid-123"}),
+        pod_labels={"azure.workload.identity/use": "true"},
+        env={"AZURE_CLIENT_ID": "cid-123"},
+    ),
+    secret_env={"AZURE_STORAGE_CONNECTION_STRING": ("azure-conn", "connection-string")},
+)
+
+
+def _deploy(args: HistoryServerArgs, preview: bool = False) -> list[RecordedResource]:
+    mocks = RecordingMocks.install(preview=preview)
+    captured: list[RecordedResource] = []
+
+    @pulumi.runtime.test
+    def run() -> pulumi.Output[None]:
+        server = HistoryServerK8s("history", args)
+        return pulumi.Output.all(server.url, server.deployment.urn).apply(
+            lambda _: captured.extend(r for r in mocks.resources if r.typ.startswith(K8S))
+        )
+
+    run()
+    return captured
+
+
+def _by_kind(resources: list[RecordedResource]) -> dict[str, dict[str, Any]]:
+    objects: dict[str, dict[str, Any]] = {}
+    for r in resources:
+        assert r.inputs["kind"] not in objects, f"two {r.inputs['kind']}"
+        objects[r.inputs["kind"]] = r.inputs
+    return objects
+
+
+def _args(**kw: Any) -> HistoryServerArgs:
+    return HistoryServerArgs(image="registry.example/ray-history-server:0.1.0", wiring=AZURE_WIRING, **kw)
+
+
+def test_every_object_is_schema_valid_and_wired() -> None:
+    ingress = HistoryServerIngress(host="hist.example.com", class_name="nginx", tls_secret_name="hist-tls")
+    objects = _by_kind(_deploy(_args(ingress=ingress, cache_size_limit="10Gi")))
+    assert set(objects) == {
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "Service",
+        "Ingress",
+    }
+    for obj in objects.values():
+        validate_k8s(obj)
+
+    sa = objects["ServiceAccount"]
+    assert sa["metadata"] == {
+        "name": "ray-history-server",
+        "namespace": "ray-history",
+        "labels": sa["metadata"]["labels"],
+        "annotations": {"azure.workload.identity/client-id": "cid-123"},
+    }
+    assert objects["ClusterRole"]["metadata"]["name"] == "raycluster-reader"
+    assert objects["ClusterRole"]["rules"] == [
+        {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["list", "get"]}
+    ]
+    binding = objects["ClusterRoleBinding"]
+    assert binding["roleRef"]["name"] == "raycluster-reader"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ray-history-server", "namespace": "ray-history"}]
+
+    pod = objects["Deployment"]["spec"]["template"]
+    assert pod["metadata"]["labels"]["azure.workload.identity/use"] == "true"
+    assert objects["Deployment"]["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert "azure.workload.identity/use" not in objects["Deployment"]["spec"]["selector"]["matchLabels"]
+    spec = pod["spec"]
+    assert spec["serviceAccountName"] == "ray-history-server"
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    (container,) = spec["containers"]
+    assert container["command"] == ["historyserver"]
+    assert container["args"][:5] == ["--storage-backend=azureblob", "--port", "8080", "--cache-dir", CACHE_DIR]
+    assert "--secure-cookies" in container["args"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env["STORAGE_BACKEND"] == "azureblob"
+    assert env["AZURE_CLIENT_ID"] == "cid-123"
+    assert env["AZURE_STORAGE_CONNECTION_STRING"] == {
+        "secretKeyRef": {"name": "azure-conn", "key": "connection-string"}
+    }
+    security = container["securityContext"]
+    assert security["runAsNonRoot"] is True and security["runAsUser"] == 1000
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readz"
+    assert container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"] >= 120
+    assert container["resources"] == {
+        "requests": {"cpu": "1", "memory": "1Gi"},
+        "limits": {"cpu": "2", "memory": "2Gi"},
+    }
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v["emptyDir"] for v in spec["volumes"]}
+    assert volumes[mounts[CACHE_DIR]] == {"sizeLimit": "10Gi"}
+    assert "emptyDir" in next(v for v in spec["volumes"] if v["name"] == mounts["/tmp"])
+    assert volumes[mounts["/dev/shm"]]["medium"] == "Memory"
+
+    service = objects["Service"]
+    assert service["metadata"]["name"] == "historyserver"
+    assert service["spec"]["ports"][0]["port"] == 30080
+    assert service["spec"]["ports"][0]["targetPort"] == 8080
+    ing = objects["Ingress"]["spec"]
+    assert ing["ingressClassName"] == "nginx"
+    assert ing["tls"] == [{"hosts": ["hist.example.com"], "secretName": "hist-tls"}]
+    assert ing["rules"][0]["http"]["paths"][0]["backend"]["service"] == {
+        "name": "historyserver",
+        "port": {"number": 30080},
+    }
+
+
+def test_server_args_are_accepted_by_the_real_historyserver_parser() -> None:
+    args = _args(extra_args=["--log-format=json"])
+    argv = args.server_args()
+    assert f"--dashboard-dir={DASHBOARD_DIR}" in argv
+    # The image holds the build at DASHBOARD_DIR; here the installed ray wheel's copy stands in.
+    local_build = Path(ray.__file__).parent / "dashboard" / "client" / "build"
+    argv = [f"--dashboard-dir={local_build}" if a.startswith("--dashboard-dir=") else a for a in argv]
+    parsed = build_parser().parse_args(argv)
+    assert parsed.storage_backend == "azureblob"
+    assert parsed.port == 8080
+    assert parsed.cache_dir == CACHE_DIR
+    assert parsed.dashboard_dir == local_build
+    # 80 % of the 20Gi emptyDir, so the kubelet never evicts the pod for the cache.
+    assert parsed.cache_max_size == int(20 * 2**30 * 0.8) // 2**20 * 2**20
+    assert parsed.log_format == "json"
+
+
+def test_existing_namespace_and_no_ingress() -> None:
+    objects = _by_kind(_deploy(_args(create_namespace=False, namespace="platform"), preview=True))
+    assert "Namespace" not in objects
+    assert "Ingress" not in objects
+    assert objects["Deployment"]["metadata"]["namespace"] == "platform"
+    assert "--secure-cookies" not in objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"image": ""}, "image"),
+        ({"replicas": 0}, "replicas"),
+        ({"cache_size_limit": "lots"}, "cache_size_limit"),
+        ({"resources": {"requests": {"cpu": "1"}}}, "resources"),
+        ({"ingress": HistoryServerIngress(host=" ")}, "ingress.host"),
+    ],
+)
+def test_bad_args_name_the_parameter(kw: dict[str, Any], field: str) -> None:
+    base: dict[str, Any] = {"image": "img:1", "wiring": AZURE_WIRING}
+    with pytest.raises(ValueError, match=field):
+        HistoryServerArgs(**{**base, **kw}).validate()
+
+
+def test_unknown_backend_is_refused() -> None:
+    wiring = StorageWiring(backend="ftp", bucket="b", env={}, server=IdentityWiring())
+    with pytest.raises(ValueError, match=r"wiring\.backend"):
+        HistoryServerArgs(image="img:1", wiring=wiring).validate()

@@ -1,0 +1,286 @@
+"""Stack configuration validation: good stacks parse, every bad key is named in the error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+
+from infra.config import (
+    NAMESPACE,
+    AwsSettings,
+    ConfigError,
+    ImageSettings,
+    StackConfig,
+    WorkloadSettings,
+    load_config,
+    parse_config,
+)
+
+STACKS_DIR = Path(__file__).resolve().parents[3] / "infra" / "stacks"
+STACKS = ("gke", "eks", "aks", "kind")
+
+
+def stack_values(stack: str) -> dict[str, Any]:
+    """The project's keys of infra/stacks/Pulumi.<stack>.yaml, prefix stripped."""
+    document = yaml.safe_load((STACKS_DIR / f"Pulumi.{stack}.yaml").read_text())
+    prefix = f"{NAMESPACE}:"
+    return {k.removeprefix(prefix): v for k, v in document["config"].items() if k.startswith(prefix)}
+
+
+def base(**overrides: Any) -> dict[str, Any]:
+    """A valid minimal gcp configuration, with overrides (None removes a key)."""
+    raw: dict[str, Any] = {
+        "cloud": "gcp",
+        "gcp": {"project": "my-project"},
+        "kubeconfig": "/tmp/kubeconfig",
+        "images": {"registry": "registry.example.com/ray"},
+    }
+    for key, value in overrides.items():
+        if value is None:
+            raw.pop(key, None)
+        else:
+            raw[key] = value
+    return raw
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_example_stack_is_valid(stack: str) -> None:
+    config = parse_config(stack_values(stack))
+    assert config.cloud == {"gke": "gcp", "eks": "aws", "aks": "azure", "kind": "kind"}[stack]
+    assert config.kuberay.version >= "1.7.0"
+
+
+def test_defaults_of_a_minimal_stack() -> None:
+    config = parse_config(base())
+    assert config == StackConfig(
+        cloud="gcp",
+        kubeconfig="/tmp/kubeconfig",
+        gcp=config.gcp,
+        images=ImageSettings(registry="registry.example.com/ray"),
+    )
+    assert config.namespace == "ray-history"
+    assert config.workloads == WorkloadSettings(("default",), "ray-history-collector", create_namespaces=False)
+    assert config.gcp is not None and config.gcp.bucket_location == "US"
+
+
+def test_pulumi_string_forms_are_decoded() -> None:
+    """Pulumi hands scalars over as strings and objects as JSON text."""
+    config = parse_config(
+        base(
+            createCluster="true",
+            kubeconfig=None,
+            cluster='{"nodeCount": "3", "name": "c1"}',
+            workloads='{"namespaces": ["ml", "ops"], "serviceAccount": "ray", "createNamespaces": "true"}',
+            storage={"forceDestroy": "false", "rootDir": "/prefix/"},
+        )
+    )
+    assert config.create_cluster is True
+    assert config.cluster.node_count == 3
+    assert config.workloads == WorkloadSettings(("ml", "ops"), "ray", create_namespaces=True)
+    assert config.storage.root_dir == "prefix"
+    assert config.storage.force_destroy is False
+
+
+def test_aws_existing_cluster_with_irsa() -> None:
+    config = parse_config(
+        {
+            "cloud": "aws",
+            "kubeconfig": "k",
+            "images": {"build": False, "collector": "c:1", "server": "s:1"},
+            "aws": {
+                "region": "eu-west-1",
+                "identityMode": "irsa",
+                "oidcProviderArn": "arn:aws:iam::1:oidc-provider/x",
+                "oidcIssuerUrl": "https://oidc.eks.eu-west-1.amazonaws.com/id/ABC",
+            },
+        }
+    )
+    assert config.aws == AwsSettings(
+        region="eu-west-1",
+        identity_mode="irsa",
+        oidc_provider_arn="arn:aws:iam::1:oidc-provider/x",
+        oidc_issuer_url="https://oidc.eks.eu-west-1.amazonaws.com/id/ABC",
+    )
+
+
+def test_cluster_stack_short_and_long_form() -> None:
+    short = parse_config(base(kubeconfig=None, clusterStack="acme/clusters/prod"))
+    assert short.cluster_stack is not None and short.cluster_stack.kubeconfig_output == "kubeconfig"
+    long = parse_config(base(kubeconfig=None, clusterStack={"name": "acme/clusters/prod", "kubeconfigOutput": "kc"}))
+    assert long.cluster_stack is not None and long.cluster_stack.kubeconfig_output == "kc"
+
+
+BAD_CONFIGS: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "cloud missing",
+        {"kubeconfig": "k"},
+        "ray-history-server:cloud must be one of gcp, aws, azure, kind (got nothing)",
+    ),
+    ("cloud typo", base(cloud="gce"), "ray-history-server:cloud must be one of gcp, aws, azure, kind (got 'gce')"),
+    ("unknown top-level key", base(bukcet="b"), "ray-history-server:bukcet is not a known key"),
+    (
+        "unknown nested key",
+        base(gcp={"project": "p", "regoin": "x"}),
+        "ray-history-server:gcp.regoin is not a known key",
+    ),
+    ("gcp project missing", base(gcp={"region": "us-east1"}), "ray-history-server:gcp.project is required"),
+    ("gcp section missing", base(gcp=None), "ray-history-server:gcp.project is required when cloud is gcp"),
+    ("aws region missing", {"cloud": "aws", "kubeconfig": "k"}, "ray-history-server:aws.region is required"),
+    ("azure location missing", {"cloud": "azure", "kubeconfig": "k", "azure": {}}, "ray-history-server:azure.location"),
+    (
+        "azure account missing",
+        {"cloud": "azure", "kubeconfig": "k", "azure": {"location": "westeurope"}},
+        "ray-history-server:azure.storageAccount is required",
+    ),
+    (
+        "azure account name",
+        {"cloud": "azure", "kubeconfig": "k", "azure": {"location": "westeurope", "storageAccount": "Ray-History"}},
+        "ray-history-server:azure.storageAccount must be 3-24",
+    ),
+    ("other cloud's section", base(aws={"region": "us-east-1"}), "ray-history-server:aws is set but cloud is gcp"),
+    (
+        "aws identity mode",
+        {"cloud": "aws", "kubeconfig": "k", "aws": {"region": "r", "identityMode": "kiam"}},
+        "ray-history-server:aws.identityMode must be one of irsa, pod-identity (got 'kiam')",
+    ),
+    (
+        "irsa without OIDC provider",
+        {"cloud": "aws", "kubeconfig": "k", "aws": {"region": "r", "identityMode": "irsa"}},
+        "ray-history-server:aws.oidcProviderArn is required for irsa",
+    ),
+    (
+        "pod identity without cluster name",
+        {"cloud": "aws", "kubeconfig": "k", "aws": {"region": "r"}},
+        "ray-history-server:aws.clusterName is required for pod-identity",
+    ),
+    (
+        "aks without issuer",
+        {"cloud": "azure", "kubeconfig": "k", "azure": {"location": "westeurope", "storageAccount": "rayhist1"}},
+        "ray-history-server:azure.oidcIssuerUrl is required",
+    ),
+    ("no cluster source", base(kubeconfig=None), "ray-history-server:kubeconfig (a path or the content) or"),
+    (
+        "two cluster sources",
+        base(clusterStack="o/p/s"),
+        "ray-history-server:kubeconfig and ray-history-server:clusterStack",
+    ),
+    (
+        "eks creation without subnets",
+        {"cloud": "aws", "createCluster": True, "aws": {"region": "r", "subnetIds": ["s1"]}},
+        "ray-history-server:aws.subnetIds must list at least two subnets",
+    ),
+    ("kubeconfig with createCluster", base(createCluster=True), "ray-history-server:kubeconfig must not be set"),
+    (
+        "createCluster not a bool",
+        base(createCluster="yes"),
+        "ray-history-server:createCluster must be a boolean (got 'yes')",
+    ),
+    (
+        "createCluster on kind",
+        {"cloud": "kind", "createCluster": True, "images": {"registry": "localhost:5001"}},
+        "ray-history-server:createCluster is not supported for kind",
+    ),
+    (
+        "bad cluster stack",
+        base(kubeconfig=None, clusterStack="a/b"),
+        "ray-history-server:clusterStack.name must look like",
+    ),
+    (
+        "cluster stack without name",
+        base(kubeconfig=None, clusterStack={"kubeconfigOutput": "x"}),
+        "clusterStack.name is required",
+    ),
+    ("namespace", base(namespace="Ray_History"), "ray-history-server:namespace must be a Kubernetes name"),
+    (
+        "node count zero",
+        base(cluster={"nodeCount": 0}),
+        "ray-history-server:cluster.nodeCount must be at least 1 (got 0)",
+    ),
+    ("node count text", base(cluster={"nodeCount": "many"}), "ray-history-server:cluster.nodeCount must be an integer"),
+    ("node count bool", base(cluster={"nodeCount": True}), "ray-history-server:cluster.nodeCount must be an integer"),
+    ("cluster not an object", base(cluster="big"), "ray-history-server:cluster must be an object (got 'big')"),
+    ("bucket name", base(storage={"bucket": "My_Bucket"}), "ray-history-server:storage.bucket must be 3-63"),
+    ("old kuberay", base(kuberay={"version": "1.6.2"}), "ray-history-server:kuberay.version must be 1.7.0 or later"),
+    ("kuberay version text", base(kuberay={"version": "latest"}), "ray-history-server:kuberay.version must be a chart"),
+    (
+        "kuberay namespace",
+        base(kuberay={"namespace": "-x"}),
+        "ray-history-server:kuberay.namespace must be a Kubernetes",
+    ),
+    (
+        "pull policy",
+        base(images={"pullPolicy": "always"}),
+        "ray-history-server:images.pullPolicy must be one of Always",
+    ),
+    (
+        "prebuilt without refs",
+        base(images={"build": False, "server": "s"}),
+        "ray-history-server:images.collector is required",
+    ),
+    (
+        "kind build without registry",
+        {"cloud": "kind", "kubeconfig": "k"},
+        "ray-history-server:images.registry is required on kind when images.build is true",
+    ),
+    ("workloads not an object", base(workloads="default"), "ray-history-server:workloads must be an object"),
+    ("no workload namespaces", base(workloads={"namespaces": []}), "ray-history-server:workloads.namespaces must list"),
+    (
+        "bad namespace",
+        base(workloads={"namespaces": ["ok", "Not_OK"]}),
+        "ray-history-server:workloads.namespaces[1] must",
+    ),
+    ("namespace twice", base(workloads={"namespaces": ["a", "a"]}), "ray-history-server:workloads.namespaces lists a"),
+    ("bad account", base(workloads={"serviceAccount": "A"}), "ray-history-server:workloads.serviceAccount must be"),
+    (
+        "workload typo",
+        base(workloads={"namespace": ["a"]}),
+        "ray-history-server:workloads.namespace is not a known key",
+    ),
+]
+
+
+@pytest.mark.parametrize(("raw", "message"), [c[1:] for c in BAD_CONFIGS], ids=[c[0] for c in BAD_CONFIGS])
+def test_bad_config_names_the_key(raw: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw)
+    assert message in str(error.value)
+
+
+def test_load_config_reads_the_running_stack() -> None:
+    """The same path Pulumi uses: the engine's config map (here set as the test harness would)."""
+    values = stack_values("eks")
+    pulumi.runtime.set_all_config(
+        {f"{NAMESPACE}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+        | {"aws:region": "ignored-other-namespace"}
+    )
+    try:
+        config = load_config()
+    finally:
+        pulumi.runtime.set_all_config({})
+    assert config == parse_config(values)
+
+
+def test_load_config_reports_a_typo_in_the_stack() -> None:
+    pulumi.runtime.set_all_config({f"{NAMESPACE}:cloud": "kind", f"{NAMESPACE}:kubeconfg": "/k"})
+    try:
+        with pytest.raises(ConfigError, match="ray-history-server:kubeconfg is not a known key"):
+            load_config()
+    finally:
+        pulumi.runtime.set_all_config({})
+
+
+def test_kubeconfig_path_or_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from infra.providers import read_kubeconfig
+
+    content = "apiVersion: v1\nkind: Config\n"
+    assert read_kubeconfig(content) == content
+    (tmp_path / "kc").write_text(content)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert read_kubeconfig("~/kc") == content
+    with pytest.raises(ConfigError, match=r"ray-history-server:kubeconfig: cannot read '.*/missing'"):
+        read_kubeconfig(str(tmp_path / "missing"))
