@@ -321,7 +321,8 @@ def settled(test: Callable[..., Any]) -> Callable[..., None]:
     assignment on an identity's principal id) register after ``done`` resolves, so a
     check inside the apply can race them. Here the test body runs under the real
     decorator (which waits for all registrations), the apply that produced the
-    returned output is recorded instead of trusted, and its callback is called last,
+    returned output is recorded instead of trusted (the engine still resolves it, so its
+    callback is switched off there), and the callback is called last,
     once every resource the test created has its URN (the mocks engine may otherwise
     stop before registrations still waiting on inputs have run).
     """
@@ -329,13 +330,18 @@ def settled(test: Callable[..., Any]) -> Callable[..., None]:
     @functools.wraps(test)
     def wrapper(*args: Any, **kwargs: Any) -> None:
         original_apply = pulumi.Output.apply
-        produced: dict[int, tuple[pulumi.Output[Any], Callable[[Any], Any]]] = {}
+        produced: dict[int, tuple[pulumi.Output[Any], Callable[[Any], Any], list[bool]]] = {}
         resolved: list[Any] = []
         deferred: list[Callable[[Any], Any]] = []
 
         def recording_apply(self: pulumi.Output[Any], func: Callable[[Any], Any], *more: Any) -> pulumi.Output[Any]:
-            result = original_apply(self, func, *more)
-            produced[id(result)] = (self, func)
+            postponed = [False]  # set once the body returns this apply: the engine must not run it early
+
+            def guarded(value: Any) -> Any:
+                return None if postponed[0] else func(value)
+
+            result = original_apply(self, guarded, *more)
+            produced[id(result)] = (self, func, postponed)
             return result
 
         created: list[pulumi.Resource] = []
@@ -357,7 +363,8 @@ def settled(test: Callable[..., Any]) -> Callable[..., None]:
             registered = pulumi.Output.all(*[r.urn for r in created])
             if id(returned) not in produced:
                 return pulumi.Output.all(returned, registered)
-            source, check = produced[id(returned)]
+            source, check, postponed = produced[id(returned)]
+            postponed[0] = True
             deferred.append(check)
             return pulumi.Output.all(source, registered).apply(lambda values: resolved.append(values[0]))
 
