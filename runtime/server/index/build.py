@@ -34,6 +34,7 @@ import orjson
 
 from runtime.server.errors import SessionLoadError
 from runtime.server.index import schema
+from runtime.server.index.cpus import usable_cpus
 from runtime.server.index.fingerprint import fingerprints, rel_key
 from runtime.server.replay.jobs import merge_jobs, parse_snapshot
 from runtime.server.replay.log_events import LogEvents
@@ -93,8 +94,9 @@ def build_index(
 ) -> BuildStats:
     """Replay the session's stored objects into a complete index file at ``out_path``.
 
-    ``processes``: task-shard worker processes (None: one per core for sessions of
-    at least ``PARALLEL_MIN_BYTES`` of events, else in-process; 0: in-process).
+    ``processes``: task-shard worker processes (None: one per usable core, the
+    container's CPU limit included, for sessions of at least ``PARALLEL_MIN_BYTES``
+    of events, else in-process; 0: in-process).
     Raises SessionLoadError when event objects were listed but none could be read
     (a storage outage must not be cached as an empty session)."""
     started = time.perf_counter()
@@ -336,7 +338,7 @@ class _Build:
 def _processes(requested: int | None, event_bytes: int) -> int:
     if requested is not None:
         return 0 if requested <= 1 else min(requested, MAX_PROCESSES)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cpus()
     if event_bytes < PARALLEL_MIN_BYTES or cores < 2:
         return 0
     return min(cores, MAX_PROCESSES)

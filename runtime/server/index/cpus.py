@@ -1,0 +1,55 @@
+"""How many CPUs this process may really use: affinity and the container's CPU quota.
+
+``os.sched_getaffinity`` reports the node's cores inside a Kubernetes pod; the pod's
+``resources.limits.cpu`` is enforced as a CFS quota instead. Sizing the index build's
+worker processes by node cores would start one ~400 MiB parse worker per node core
+(8 on a 16-core node) inside a pod limited to 2 CPUs and 2 GiB: throttled, then
+OOM-killed. So the quota caps the count.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def cgroup_cpu_limit(root: Path = CGROUP_ROOT) -> float | None:
+    """CPUs allowed by the cgroup quota (v2 ``cpu.max``, else v1 CFS files); None if unlimited."""
+    v2 = _read(root / "cpu.max")  # "max 100000" or "200000 100000"
+    if v2 is not None:
+        quota, _, period = v2.partition(" ")
+        if quota == "max":
+            return None
+        return _ratio(quota, period or "100000")
+    quota_v1 = _read(root / "cpu" / "cpu.cfs_quota_us")  # -1 when unlimited
+    period_v1 = _read(root / "cpu" / "cpu.cfs_period_us")
+    if quota_v1 is None or period_v1 is None:
+        return None
+    return _ratio(quota_v1, period_v1)
+
+
+def _ratio(quota: str, period: str) -> float | None:
+    try:
+        q, p = int(quota), int(period)
+    except ValueError:
+        return None
+    return q / p if q > 0 and p > 0 else None
+
+
+def usable_cpus(root: Path = CGROUP_ROOT) -> int:
+    """Cores this process may schedule on, capped by the cgroup CPU quota (rounded up), at least 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    limit = cgroup_cpu_limit(root)
+    if limit is not None:
+        cores = min(cores, math.ceil(limit))
+    return max(1, cores)
