@@ -104,12 +104,15 @@ def tail(path: Path, lines: int = 30) -> str:
 
 def processes_mentioning(marker: str) -> list[psutil.Process]:
     """Processes whose command line contains ``marker`` (a unique temp dir), other
-    than this one: Ray daemons that left the process group (workers, the agent)."""
+    than this one and its ancestors: Ray daemons that left the process group
+    (workers, the agent). An ancestor (``timeout``, a wrapper script) may carry the
+    marker in its own arguments, and stopping it would stop us."""
     found: list[psutil.Process] = []
-    me = os.getpid()
+    me = psutil.Process()
+    spared = {me.pid, *(parent.pid for parent in me.parents())}
     for proc in psutil.process_iter(["pid", "cmdline"]):
         cmdline = proc.info.get("cmdline") or []
-        if proc.info["pid"] != me and any(marker in part for part in cmdline):
+        if proc.info["pid"] not in spared and any(marker in part for part in cmdline):
             found.append(proc)
     return found
 

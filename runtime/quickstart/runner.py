@@ -175,8 +175,9 @@ class Quickstart:
         with self.progress.step(f"Running the sample job {submission_id}") as step:
             workload.submit_sample_job(self.layout.dashboard_url, submission_id)
             job = workload.wait_for_job(self.layout.dashboard_url, submission_id, self.options.job_timeout)
-            expected = job.status == "FAILED" and FAILURE_MESSAGE in job.message
-            step.detail = f"{job.status}" + (" as intended: " if expected else ": ") + workload.short_error(job.message)
+            text = workload.failure_text(self.layout.dashboard_url, job, FAILURE_MESSAGE)
+            expected = job.status == "FAILED" and FAILURE_MESSAGE in text
+            step.detail = f"{job.status}" + (" as intended: " if expected else ": ") + workload.short_error(text)
         return job
 
     def _stop_collector(self) -> None:

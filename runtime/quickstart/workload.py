@@ -70,6 +70,27 @@ def wait_for_job(dashboard_url: str, submission_id: str, timeout: float) -> JobR
     )
 
 
+def failure_text(dashboard_url: str, job: JobResult, expected: str, timeout: float = 15.0) -> str:
+    """The text that explains a failed job: its message, unless that lacks ``expected``
+    and the driver's full log has it. Ray's message is the log tail read as the driver
+    exits, and under load it can miss the traceback still in the driver's pipe; the
+    log itself (``/api/jobs/{id}/logs``) gets it within seconds."""
+    if job.status != "FAILED" or expected in job.message:
+        return job.message
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            answer = requests.get(f"{dashboard_url}/api/jobs/{job.submission_id}/logs", timeout=10)
+            logs = str(answer.json().get("logs") or "") if answer.status_code == 200 else ""
+        except (requests.RequestException, ValueError, AttributeError):
+            logs = ""
+        if expected in logs:
+            return logs
+        if time.monotonic() >= deadline:
+            return job.message
+        time.sleep(0.5)
+
+
 def accepted_events(collector_url: str) -> float | None:
     """Events the collector has acknowledged so far (``None`` if it does not answer)."""
     try:
