@@ -23,14 +23,14 @@ from google.auth.credentials import AnonymousCredentials
 from runtime.storage.base import ErrorKind, Listing, ObjectInfo, ObjectStore, read_full
 from runtime.storage.errors import PermanentStorageError, StorageConfigError
 from runtime.storage.lean_imports import without_modules
+from runtime.storage.retry import RetryPolicy
+from runtime.storage.settings import SettingSource
 
 # The storage SDK speaks JSON over HTTP; google.api_core would load gRPC for nothing.
 with without_modules("grpc"):
     from google.api_core import exceptions as api_exceptions
     from google.cloud import storage
     from google.cloud.storage.exceptions import DataCorruption, InvalidResponse
-from runtime.storage.retry import RetryPolicy
-from runtime.storage.settings import SettingSource
 
 logger = logging.getLogger(__name__)
 
