@@ -15,8 +15,6 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +31,8 @@ from runtime.collector.dashboard import (
 from runtime.collector.discovery import IdentityChange, NodeIdentity, match_node
 from runtime.storage.config import StorageConfig
 from runtime.storage.layout import ClusterRef
+from tests.support.fake_dashboard import SAMPLES, FakeDashboard
 
-SAMPLES = Path("/work/shared/ray-samples/api")
 SESSION_A = "session_2026-11-22_01-45-25_333080_9264"
 SESSION_B = "session_2026-11-22_01-58-29_266863_14332"
 FILE_NODE = "11" * 28
@@ -43,96 +41,6 @@ DIR_NODE = "33" * 28
 OTHER_NODE = "44" * 28
 POD_IP = "10.1.2.3"
 NODES = "/api/v0/nodes?limit=10000"
-
-
-# ------------------------------------------------------------ fake dashboard
-@dataclass
-class Reply:
-    status: int = 200
-    body: bytes = b""
-    content_type: str = "application/json"
-    delay: float = 0.0
-
-
-@dataclass
-class FakeDashboard:
-    """Scripted replies per request URI (path + query); the last reply repeats."""
-
-    routes: dict[str, list[Reply]] = field(default_factory=dict)
-    requests: list[tuple[str, dict[str, str]]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    server: ThreadingHTTPServer | None = None
-
-    def script(self, uri: str, *replies: Reply) -> None:
-        with self.lock:
-            self.routes[uri] = list(replies)
-
-    def reply(self, uri: str, body: bytes | str | object, status: int = 200, delay: float = 0.0) -> None:
-        if isinstance(body, str):
-            data = body.encode()
-        elif isinstance(body, bytes):
-            data = body
-        else:
-            data = json.dumps(body).encode()
-        self.script(uri, Reply(status, data, delay=delay))
-
-    def sample(self, uri: str, name: str, status: int = 200) -> bytes:
-        data = (SAMPLES / name).read_bytes()
-        self.reply(uri, data, status)
-        return data
-
-    def hits(self, uri: str) -> int:
-        with self.lock:
-            return sum(1 for path, _ in self.requests if path == uri)
-
-    def headers_of(self, uri: str) -> list[dict[str, str]]:
-        with self.lock:
-            return [headers for path, headers in self.requests if path == uri]
-
-    def _next(self, uri: str) -> Reply:
-        with self.lock:
-            self.requests.append((uri, {}))
-            replies = self.routes.get(uri)
-            if not replies:
-                return Reply(404, b"not found", "text/plain")
-            return replies.pop(0) if len(replies) > 1 else replies[0]
-
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        host, port = self.server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def start(self) -> None:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                reply = fake._next(self.path)
-                with fake.lock:
-                    fake.requests[-1] = (self.path, {k.lower(): v for k, v in self.headers.items()})
-                if reply.delay:
-                    time.sleep(reply.delay)
-                try:
-                    self.send_response(reply.status)
-                    self.send_header("Content-Type", reply.content_type)
-                    self.send_header("Content-Length", str(len(reply.body)))
-                    self.end_headers()
-                    self.wfile.write(reply.body)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
 
 
 @pytest.fixture

@@ -31,15 +31,13 @@ from runtime.storage.errors import ObjectNotFoundError
 from runtime.storage.layout import ClusterRef, KeyLayout
 from runtime.storage.local import LocalStore
 from runtime.storage.retry import RetryPolicy
+from tests.support.fake_dashboard import SAMPLES, FakeDashboard, Reply
 from tests.unit.collector.test_discovery import (
     DIR_NODE,
     OTHER_NODE,
-    SAMPLES,
     SESSION_A,
     SESSION_B,
     FakeClock,
-    FakeDashboard,
-    Reply,
     make_config,
     make_session,
     point_latest,
