@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -101,3 +103,14 @@ class FakeDashboard:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+
+    @classmethod
+    @contextmanager
+    def running(cls) -> Iterator[FakeDashboard]:
+        """A started dashboard, stopped on exit (what each test module's fixture yields)."""
+        fake = cls()
+        fake.start()
+        try:
+            yield fake
+        finally:
+            fake.stop()

@@ -45,10 +45,8 @@ NODES = "/api/v0/nodes?limit=10000"
 
 @pytest.fixture
 def dashboard() -> Iterator[FakeDashboard]:
-    fake = FakeDashboard()
-    fake.start()
-    yield fake
-    fake.stop()
+    with FakeDashboard.running() as fake:
+        yield fake
 
 
 # ------------------------------------------------------------- Ray temp root

@@ -107,10 +107,8 @@ def make_cluster() -> ClusterRef:
 
 @pytest.fixture
 def fake() -> Iterator[FakeDashboard]:
-    server = FakeDashboard()
-    server.start()
-    yield server
-    server.stop()
+    with FakeDashboard.running() as server:
+        yield server
 
 
 def build(tmp_path: Path, fake: FakeDashboard, *, real_clock: bool = False, **overrides: object) -> Rig:

@@ -18,10 +18,8 @@ LOGS = "/api/jobs/quickstart-1/logs"
 
 @pytest.fixture
 def dashboard() -> Iterator[FakeDashboard]:
-    fake = FakeDashboard()
-    fake.start()
-    yield fake
-    fake.stop()
+    with FakeDashboard.running() as fake:
+        yield fake
 
 
 def logs_reply(logs: str) -> Reply:
