@@ -28,7 +28,14 @@ MAX_TAIL_BYTES = 64 * 1024 * 1024
 
 #: SGR sequences (colours), the ones Ray's loggers emit; what ``filter_ansi_code`` removes.
 ANSI_SGR = re.compile(rb"\x1b\[[0-9;]*m")
-_PARTIAL_SGR = re.compile(rb"\x1b(\[[0-9;]*)?\Z")
+#: The start of an SGR sequence that a later chunk may complete.
+_SGR_PREFIX = re.compile(rb"\x1b(?:\[[0-9;]*)?")
+#: Longest unfinished sequence held back between chunks. Real SGR sequences are
+#: a few dozen bytes; anything longer is not a colour code and is passed through
+#: unfiltered, as Ray's dashboard does (it filters each chunk on its own and never
+#: holds anything back). Bounding it keeps the filter linear: ``ESC [`` followed by
+#: 96 MiB of digits used to be re-scanned on every chunk (quadratic, 9.7 s).
+MAX_PENDING_SGR = 256
 
 
 def tail_window(
@@ -107,17 +114,22 @@ def filter_ansi(data: bytes) -> bytes:
 
 class AnsiFilter:
     """Incremental :func:`filter_ansi` for a chunked stream: a sequence split
-    across two chunks is held back until the next chunk completes it."""
+    across two chunks is held back until the next chunk completes it, at most
+    :data:`MAX_PENDING_SGR` bytes of it (so every byte is scanned a bounded
+    number of times)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_pending: int = MAX_PENDING_SGR) -> None:
+        self.max_pending = max_pending
         self._pending = b""
 
     def feed(self, chunk: bytes) -> bytes:
-        data = self._pending + chunk
-        partial = _PARTIAL_SGR.search(data)
-        if partial is not None:
-            self._pending = data[partial.start() :]
-            data = data[: partial.start()]
+        data = self._pending + chunk  # the pending part is bounded: O(len(chunk))
+        # An unfinished sequence contains no ESC after its first byte, so only the
+        # last ESC can start one, and only if it lies within the hold-back window.
+        start = data.rfind(b"\x1b", max(0, len(data) - self.max_pending))
+        if start >= 0 and _SGR_PREFIX.fullmatch(data, start):
+            self._pending = data[start:]
+            data = data[:start]
         else:
             self._pending = b""
         return filter_ansi(data)
