@@ -11,6 +11,7 @@ from flask import Flask, Response, g, request
 from runtime.server.config import ServerConfig
 from runtime.server.context import EXTENSION, Services
 from runtime.server.errors import register_error_handlers
+from runtime.server.guards import register_request_guards
 from runtime.server.index.cache import IndexCache
 from runtime.server.live.discovery import LiveDirectory, live_directory_from_config
 from runtime.server.metrics import ServerMetrics
@@ -43,6 +44,7 @@ def create_app(
     )
 
     register_error_handlers(app)
+    register_request_guards(app, config.allowed_hosts)
     _register_blueprints(app)
     _instrument(app, metrics)
     return app

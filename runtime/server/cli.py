@@ -33,6 +33,7 @@ from runtime.server.config import (
     LiveClusterURL,
     ServerConfig,
 )
+from runtime.server.hosts import default_allowed_hosts, parse_allowed_hosts
 from runtime.server.live.discovery import KUBERNETES_MODES, LiveDiscoveryError, live_directory_from_config
 from runtime.storage.config import add_storage_arguments
 from runtime.storage.errors import InvalidKeyError
@@ -41,6 +42,11 @@ from runtime.storage.layout import validate_k8s_name, validate_namespace
 logger = logging.getLogger("runtime.server")
 
 CACHE_DIR_ENV = "HISTORYSERVER_CACHE_DIR"
+ALLOWED_HOSTS_ENV = "HISTORYSERVER_ALLOWED_HOSTS"
+#: Where a pod finds its namespace (the downward API's env var, else the mounted
+#: service account), for the default allowed names historyserver.<ns>[.svc].
+POD_NAMESPACE_ENV = "POD_NAMESPACE"
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 #: In the image this directory exists and belongs to the server's user.
 DEFAULT_CACHE_DIR = Path("/var/cache/historyserver")
 DEFAULT_CACHE_MAX_SIZE = "20Gi"
@@ -176,6 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--clusters-limit", type=_positive_int, default=1000, help="stored sessions listed by /clusters (default 1000)"
     )
     serve.add_argument("--secure-cookies", action="store_true", help="mark cookies Secure (serving over HTTPS)")
+    serve.add_argument(
+        "--allowed-hosts",
+        help=f"extra Host names answered, comma-separated: name, *.domain, or * for any (env {ALLOWED_HOSTS_ENV}); "
+        "always allowed: IP addresses, localhost, historyserver[.<namespace>[.svc]], *.svc.<cluster domain>",
+    )
 
     cache = parser.add_argument_group("session index cache")
     cache.add_argument(
@@ -216,7 +227,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--proxy-timeout",
         type=_seconds(allow_zero=False),
         default=DEFAULT_PROXY_TIMEOUT,
-        help=f"seconds per proxied request; log streams are exempt (default {DEFAULT_PROXY_TIMEOUT:g})",
+        help=f"seconds to wait for a proxied answer (a log stream's headers too; its body may take as long "
+        f"as the log grows) (default {DEFAULT_PROXY_TIMEOUT:g})",
+    )
+    live.add_argument(
+        "--max-live-streams",
+        type=_positive_int,
+        help="live log streams proxied at once per worker; more get 503 (default: half of --threads)",
     )
 
     ops = parser.add_argument_group("logging")
@@ -261,6 +278,38 @@ def _cache_dir(parser: argparse.ArgumentParser, args: argparse.Namespace, env: M
     return fallback
 
 
+def _pod_namespace(env: Mapping[str, str]) -> str | None:
+    namespace = env.get(POD_NAMESPACE_ENV, "").strip()
+    if not namespace:
+        try:
+            namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+        except OSError:
+            return None
+    try:
+        return validate_namespace(namespace)
+    except InvalidKeyError:
+        logger.warning("ignoring pod namespace %r: not a namespace name", namespace)
+        return None
+
+
+def _allowed_hosts(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, env: Mapping[str, str], cluster_domain: str
+) -> tuple[str, ...]:
+    """The defaults plus ``--allowed-hosts`` / ``HISTORYSERVER_ALLOWED_HOSTS`` (one of them)."""
+    flag = args.allowed_hosts
+    from_env = env.get(ALLOWED_HOSTS_ENV, "").strip() or None
+    try:
+        flag_hosts = parse_allowed_hosts(flag) if flag is not None else None
+        env_hosts = parse_allowed_hosts(from_env) if from_env is not None else None
+    except ValueError as exc:
+        parser.error(f"--allowed-hosts: {exc}")
+    if flag_hosts is not None and env_hosts is not None and set(flag_hosts) != set(env_hosts):
+        parser.error(f"--allowed-hosts={flag} contradicts {ALLOWED_HOSTS_ENV}={from_env}; set only one")
+    extra = flag_hosts if flag_hosts is not None else env_hosts or ()
+    defaults = default_allowed_hosts(cluster_domain, _pod_namespace(env))
+    return tuple(dict.fromkeys((*defaults, *extra)))
+
+
 def _kubeconfig(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
     listed = [p.strip() for p in (args.kubeconfigs or "").split(",") if p.strip()]
     if len(listed) > 1:
@@ -288,6 +337,7 @@ def config_from_args(
         parser.error("--kubeconfig contradicts --kubernetes=in-cluster")
     if len({(c.namespace, c.name) for c in args.live_cluster}) != len(args.live_cluster):
         parser.error("--live-cluster: the same [namespace/]name is given twice")
+    cluster_domain = args.cluster_domain.strip(".")
     return ServerConfig(
         storage=storage,
         cache_dir=_cache_dir(parser, args, env),
@@ -301,11 +351,13 @@ def config_from_args(
         live_clusters=tuple(args.live_cluster),
         kubernetes=kubernetes,
         kubeconfig=kubeconfig,
-        cluster_domain=args.cluster_domain.strip("."),
+        cluster_domain=cluster_domain,
         dashboard_dir=args.dashboard_dir,
         clusters_limit=args.clusters_limit,
         proxy_timeout=args.proxy_timeout,
         secure_cookies=args.secure_cookies,
+        allowed_hosts=_allowed_hosts(parser, args, env, cluster_domain),
+        max_live_streams=args.max_live_streams,
     )
 
 
@@ -330,13 +382,14 @@ def main(argv: list[str] | None = None) -> int:
     from runtime.server.wsgi import HistoryServerApplication
 
     logger.info(
-        "history server on %s:%d (storage %s, cache %s, %d worker(s) x %d threads)",
+        "history server on %s:%d (storage %s, cache %s, %d worker(s) x %d threads, hosts %s)",
         config.host,
         config.port,
         config.storage.backend,
         config.cache_dir,
         config.workers,
         config.threads,
+        ", ".join(config.allowed_hosts),
     )
     HistoryServerApplication(config).run()
     return 0

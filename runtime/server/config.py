@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runtime.server.hosts import default_allowed_hosts
 from runtime.storage.config import StorageConfig
 
 DEFAULT_PORT = 8080
@@ -55,6 +56,10 @@ class ServerConfig:
         clusters_limit: stored sessions listed by ``/clusters`` (newest first).
         proxy_timeout: seconds for a proxied live request (log streams excepted).
         secure_cookies: add ``Secure`` to the selection cookies (behind HTTPS).
+        allowed_hosts: Host names answered (``name``, ``*.domain``, ``*``); IP
+            literals always are (:mod:`runtime.server.hosts`).
+        max_live_streams: live log streams proxied at once per worker; more are
+            answered 503 (each holds a thread for as long as it runs).
     """
 
     storage: StorageConfig
@@ -75,4 +80,13 @@ class ServerConfig:
     clusters_limit: int = 1000
     proxy_timeout: float = DEFAULT_PROXY_TIMEOUT
     secure_cookies: bool = False
+    allowed_hosts: tuple[str, ...] = default_allowed_hosts()
+    max_live_streams: int | None = None  # None: half the threads (see live_stream_limit)
     extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def live_stream_limit(self) -> int:
+        """Streams never take every thread: probes and other requests keep some."""
+        if self.max_live_streams is not None:
+            return self.max_live_streams
+        return max(1, self.threads // 2)

@@ -48,6 +48,8 @@ HOP_BY_HOP = frozenset(
 )
 #: Request headers re-derived for the upstream hop (requests sets Host and the length).
 REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "expect"}
+#: Forwarding claims a client may send (``X-Forwarded-*`` too): replaced by ours.
+FORWARDING = frozenset({"forwarded", "x-real-ip", "x-client-ip", "x-original-forwarded-for"})
 #: Response headers our own server writes (gunicorn always sends Server and Date).
 RESPONSE_DROP = HOP_BY_HOP | {"server", "date"}
 #: Log streams stay open as long as the log grows: no read timeout for them.
@@ -150,20 +152,28 @@ def _connection_tokens(value: str | None) -> set[str]:
     return {token.strip().lower() for token in (value or "").split(",") if token.strip()}
 
 
+def _forwarding(name: str) -> bool:
+    return name.startswith("x-forwarded-") or name in FORWARDING
+
+
 def _upstream_headers(request: Request) -> dict[str, str]:
     drop = REQUEST_DROP | _connection_tokens(request.headers.get("Connection"))
-    headers = {name: value for name, value in request.headers.items() if name.lower() not in drop}
+    headers = {
+        name: value
+        for name, value in request.headers.items()
+        if name.lower() not in drop and not _forwarding(name.lower())
+    }
     cookie = _without_selection_cookies(request.headers.get("Cookie", ""))
     headers.pop("Cookie", None)
     if cookie:
         headers["Cookie"] = cookie
     # Without this, requests would announce gzip for a client that never asked for it.
     headers.setdefault("Accept-Encoding", "identity")
-    forwarded_for = request.headers.get("X-Forwarded-For")
-    remote = request.remote_addr or ""
-    headers["X-Forwarded-For"] = f"{forwarded_for}, {remote}" if forwarded_for else remote
-    headers.setdefault("X-Forwarded-Proto", request.scheme)
-    headers.setdefault("X-Forwarded-Host", request.host)
+    # Always ours, never the client's: a client could otherwise tell the dashboard
+    # it came from anywhere, over HTTPS, for any host (the Host was checked).
+    headers["X-Forwarded-For"] = request.remote_addr or ""
+    headers["X-Forwarded-Proto"] = request.scheme
+    headers["X-Forwarded-Host"] = request.host
     return headers
 
 
