@@ -3,7 +3,11 @@
 * One SQLite file per stored session under ``--cache-dir``; it survives restarts.
 * One build per session across threads *and* gunicorn workers: an in-process lock
   plus an ``flock`` on ``<index>.lock``; whoever gets the lock second finds the
-  index built and just opens it.
+  index built and just opens it (:mod:`runtime.server.index.locks`).
+* A session without an index is first checked to exist in storage (one delimited
+  listing, remembered for a few seconds when absent), so a cookie naming a made-up
+  session costs no lock, no lock file and no table entry: 404 at once. Lock files
+  are deleted with their index (and when a build fails or finds nothing).
 * Builds write a temp file and ``os.replace`` it in, so a reader never sees a
   half-built index, and a request already reading the old file finishes on it.
 * Freshness: at most every ``freshness_seconds`` (tracked by the mtime of a
@@ -18,7 +22,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import logging
 import multiprocessing
@@ -26,12 +29,14 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runtime.server.errors import ApiError, SessionLoadError
 from runtime.server.index.fingerprint import fingerprints
+from runtime.server.index.locks import KeyedLocks, file_lock, lock_path, remove_lock_file
 from runtime.server.index.reader import SessionIndex
 from runtime.server.index.schema import (
     META_EVENTS_FINGERPRINT,
@@ -54,6 +59,10 @@ logger = logging.getLogger(__name__)
 INDEX_SUFFIX = ".sqlite"
 #: Recency is recorded at most this often per index (one utime per minute, not per request).
 TOUCH_INTERVAL = 60.0
+#: How long a session found absent from storage is answered 404 without asking again
+#: (capped by ``freshness_seconds``), and how many such answers are remembered.
+ABSENT_TTL = 5.0
+ABSENT_MAX = 4096
 
 
 class IndexCache:
@@ -65,9 +74,10 @@ class IndexCache:
         self.store = store
         self.layout = layout
         self.metrics = metrics
-        self._guard = threading.Lock()
-        self._locks: dict[str, threading.Lock] = {}
+        self._locks = KeyedLocks()
         self._touched: dict[str, float] = {}
+        self._absent_guard = threading.Lock()
+        self._absent: OrderedDict[str, float] = OrderedDict()  # session prefix -> when found absent
         self.dir.mkdir(parents=True, exist_ok=True)
 
     # ------------------------------------------------------------ public API
@@ -95,10 +105,31 @@ class IndexCache:
             self.metrics.cache_requests.labels("hit").inc()
             self._touch(path)
             return path
-        with self._thread_lock(str(path)), self._file_lock(path):
+        if not path.exists():
+            self._require_stored(cluster, session)  # before any lock or file exists
+        with self._locks.hold(str(path)), file_lock(path):
             return self._ensure_locked(cluster, session, path)
 
     # -------------------------------------------------------------- internals
+    def _require_stored(self, cluster: ClusterRef, session: str) -> None:
+        """404 unless storage holds something under the session's prefix."""
+        prefix = self.layout.session_prefix(cluster, session)
+        ttl = min(ABSENT_TTL, self.config.freshness_seconds)
+        now = time.monotonic()
+        with self._absent_guard:
+            found_at = self._absent.get(prefix)
+            known_absent = found_at is not None and now - found_at < ttl
+        if not known_absent:
+            listing = self.store.list(prefix)
+            if listing.objects or listing.prefixes:
+                return
+            with self._absent_guard:
+                self._absent[prefix] = now
+                self._absent.move_to_end(prefix)
+                while len(self._absent) > ABSENT_MAX:
+                    self._absent.popitem(last=False)
+        raise _no_objects(cluster, session)
+
     def _ensure_locked(self, cluster: ClusterRef, session: str, path: Path) -> Path:
         usable = _schema_ok(path)
         if usable and not self._check_due(path):
@@ -107,7 +138,7 @@ class IndexCache:
         prefix = self.layout.session_prefix(cluster, session)
         listing = list(self.store.walk(prefix))
         if not listing:
-            raise ApiError(404, f"session {session} of {cluster.namespace}/{cluster.name} has no objects in storage")
+            raise _no_objects(cluster, session)
         events_fp, objects_fp = fingerprints(listing, prefix)
         if usable:
             meta = _read_meta(path)
@@ -169,6 +200,7 @@ class IndexCache:
         )
 
     def _evict(self, keep: Path) -> None:
+        self._sweep_lock_files()
         if self.config.cache_max_bytes <= 0:  # --cache-max-size=0: unbounded
             return
         files = []
@@ -185,9 +217,19 @@ class IndexCache:
                 continue
             for victim in (candidate, Path(f"{candidate}-wal"), Path(f"{candidate}-shm"), _stamp_path(candidate)):
                 _remove(victim)
+            remove_lock_file(candidate)  # goes with its index
+            self._touched.pop(str(candidate), None)
             total -= size
             self.metrics.evictions.inc()
             logger.info("evicted index %s (%d bytes) to respect the cache size", candidate.name, size)
+
+    def _sweep_lock_files(self) -> None:
+        """Lock files whose index is gone (left by a crash, or by an older version)."""
+        for lock in self.dir.glob(f"*{INDEX_SUFFIX}.lock"):
+            index = lock.with_name(lock.name.removesuffix(".lock"))
+            if lock != lock_path(index) or index.exists():
+                continue
+            remove_lock_file(index)
 
     def _check_due(self, path: Path) -> bool:
         try:
@@ -210,23 +252,12 @@ class IndexCache:
                 os.utime(path)
             self._touched[key] = now
 
-    def _thread_lock(self, key: str) -> threading.Lock:
-        with self._guard:
-            return self._locks.setdefault(key, threading.Lock())
-
-    @contextlib.contextmanager
-    def _file_lock(self, path: Path) -> Iterator[None]:
-        self.dir.mkdir(parents=True, exist_ok=True)  # the directory may have been wiped
-        fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-
 
 # ------------------------------------------------------------------ helpers
+def _no_objects(cluster: ClusterRef, session: str) -> ApiError:
+    return ApiError(404, f"session {session} of {cluster.namespace}/{cluster.name} has no objects in storage")
+
+
 def _stamp_path(path: Path) -> Path:
     return path.with_suffix(".checked")
 
