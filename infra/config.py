@@ -22,6 +22,7 @@ from infra.config_model import (
     ClusterSettings,
     ClusterStackRef,
     GcpSettings,
+    HistoryServerSettings,
     ImageSettings,
     KubeRaySettings,
     StackConfig,
@@ -37,6 +38,7 @@ __all__ = [
     "ClusterStackRef",
     "ConfigError",
     "GcpSettings",
+    "HistoryServerSettings",
     "ImageSettings",
     "KubeRaySettings",
     "StackConfig",
@@ -56,6 +58,9 @@ MIN_KUBERAY_VERSION = (1, 7, 0)
 # Kubernetes object names (RFC 1123 labels) and a loose semver for chart versions.
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _SEMVER = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+][0-9A-Za-z.-]+)?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_QUANTITY = re.compile(r"^[1-9]\d*(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_REPOSITORY = re.compile(r"^[a-z][a-z0-9-]*(/[a-z0-9][a-z0-9._-]*)*$")
 _STACK_NAME = re.compile(r"^[\w.-]+/[\w.-]+/[\w.-]+$|^[\w.-]+$")
 
 T = TypeVar("T")
@@ -147,6 +152,15 @@ class _Section:
             )
         return value
 
+    def dns_subdomain(self, key: str, default: str) -> str:
+        value = self.get(key, str, default)
+        if not _DNS_SUBDOMAIN.match(value):
+            raise ConfigError(
+                f"{_key(self._full(key))} must be a Kubernetes object name: lower-case letters, digits, '-' and '.', "
+                f"at most 253 characters (got {value!r})"
+            )
+        return value
+
     def section(self, key: str) -> _Section | None:
         self.used.add(key)
         if key not in self.raw or self.raw[key] in (None, ""):
@@ -173,11 +187,34 @@ def _read_section(parent: _Section, key: str, read: Callable[[_Section], T]) -> 
 
 
 def _cluster(s: _Section) -> ClusterSettings:
-    return ClusterSettings(
+    settings = ClusterSettings(
         name=s.dns_label("name", ClusterSettings.name),
         node_count=s.positive_int("nodeCount", ClusterSettings.node_count),
+        max_node_count=s.get("maxNodeCount", int, 0),
         machine_type=s.get("machineType", str, ""),
         kubernetes_version=s.get("kubernetesVersion", str, ""),
+    )
+    if settings.max_node_count and settings.max_node_count < settings.node_count:
+        raise ConfigError(
+            f"{_key('cluster.maxNodeCount')} must be at least cluster.nodeCount ({settings.node_count}), "
+            f"got {settings.max_node_count}"
+        )
+    return settings
+
+
+def _history_server(s: _Section) -> HistoryServerSettings:
+    cache_size = s.get("cacheSize", str, HistoryServerSettings.cache_size)
+    if not _QUANTITY.fullmatch(cache_size):
+        raise ConfigError(f"{_key('historyServer.cacheSize')} must be a size like 8Gi or 500Mi (got {cache_size!r})")
+    storage_class = s.get("cacheStorageClass", str, "")
+    if storage_class and not _DNS_SUBDOMAIN.match(storage_class):
+        raise ConfigError(
+            f"{_key('historyServer.cacheStorageClass')} must be a StorageClass name (got {storage_class!r})"
+        )
+    return HistoryServerSettings(
+        cache_size=cache_size,
+        cache_storage_class=storage_class,
+        cluster_role_name=s.dns_subdomain("clusterRoleName", HistoryServerSettings.cluster_role_name),
     )
 
 
@@ -200,7 +237,13 @@ def _images(s: _Section) -> ImageSettings:
         collector=s.get("collector", str, ""),
         server=s.get("server", str, ""),
         pull_policy=s.choice("pullPolicy", IMAGE_PULL_POLICIES, "IfNotPresent"),
+        repository=s.get("repository", str, "").strip("/"),
     )
+    if images.repository and (len(images.repository) > 63 or not _REPOSITORY.match(images.repository)):
+        raise ConfigError(
+            f"{_key('images.repository')} must be lower-case letters, digits and '-', '/'-separated, "
+            f"at most 63 characters, starting with a letter (got {images.repository!r})"
+        )
     if not images.build:
         for key, ref in (("collector", images.collector), ("server", images.server)):
             if not ref:
@@ -222,6 +265,7 @@ def _kuberay(s: _Section) -> KubeRaySettings:
         install=s.get("install", bool, True),
         version=version.removeprefix("v"),
         namespace=s.dns_label("namespace", "ray-system"),
+        release_name=s.dns_label("releaseName", KubeRaySettings.release_name),
     )
 
 
@@ -242,10 +286,19 @@ def _workloads(s: _Section) -> WorkloadSettings:
 
 
 def _gcp(s: _Section) -> GcpSettings:
+    members = s.get("imagePullMembers", list, [])
+    for index, member in enumerate(members):
+        if not isinstance(member, str) or not member.startswith(("serviceAccount:", "principal:", "group:")):
+            raise ConfigError(
+                f"{_key(f'gcp.imagePullMembers[{index}]')} must be an IAM member such as "
+                f"serviceAccount:NODES@PROJECT.iam.gserviceaccount.com (got {member!r})"
+            )
     return GcpSettings(
         project=s.require("project", str, "when cloud is gcp"),
         region=s.get("region", str, "us-central1"),
         bucket_location=s.get("bucketLocation", str, "US"),
+        image_pull_members=tuple(members),
+        enable_services=s.get("enableServices", bool, True),
     )
 
 
@@ -267,6 +320,7 @@ def _azure(s: _Section) -> AzureSettings:
         resource_group=s.get("resourceGroup", str, ""),
         subscription_id=s.get("subscriptionId", str, ""),
         oidc_issuer_url=s.get("oidcIssuerUrl", str, ""),
+        kubelet_object_id=s.get("kubeletObjectId", str, ""),
     )
 
 
@@ -335,6 +389,58 @@ def _check_existing_cluster_identity(config: StackConfig) -> None:
         raise ConfigError(f"{_key('azure.oidcIssuerUrl')} is required on an existing AKS cluster")
 
 
+#: The longest cluster name each cloud accepts for what the stack creates, and why.
+CLUSTER_NAME_LIMITS = {
+    "gcp": (40, "GKE cluster names allow 40 characters"),
+    "aws": (100, "EKS cluster names allow 100 characters"),
+    "azure": (54, "AKS uses the name as its DNS prefix, which allows 54 characters"),
+}
+
+
+def _check_cluster_name(config: StackConfig) -> None:
+    """The created cluster's name against the cloud's real limit (not Kubernetes' 63)."""
+    if not config.create_cluster or config.cloud not in CLUSTER_NAME_LIMITS:
+        return
+    limit, why = CLUSTER_NAME_LIMITS[config.cloud]
+    name = config.cluster.name
+    if len(name) > limit:
+        raise ConfigError(f"{_key('cluster.name')} is {len(name)} characters: {why} (got {name!r})")
+    if config.cloud == "gcp" and not name[0].isalpha():
+        raise ConfigError(f"{_key('cluster.name')} must start with a letter on GKE (got {name!r})")
+
+
+def _check_namespaces(config: StackConfig) -> None:
+    """Ray pods never run in the history server's namespace (Pod Security level ``restricted``)."""
+    if config.namespace in config.workloads.namespaces:
+        raise ConfigError(
+            f"{_key('workloads.namespaces')} lists {config.namespace!r}, the history server's namespace "
+            f"({_key('namespace')}): it enforces the 'restricted' Pod Security Standard, which Ray pods do not "
+            "meet, and with workloads.createNamespaces it would be created twice; run Ray in another namespace"
+        )
+
+
+def _check_image_pull(config: StackConfig) -> None:
+    """Nodes must be able to pull from a registry the stack creates."""
+    creates_registry = config.images.build and not config.images.registry
+    if (
+        config.azure is not None
+        and creates_registry
+        and not config.create_cluster
+        and not config.azure.kubelet_object_id
+    ):
+        raise ConfigError(
+            f"{_key('azure.kubeletObjectId')} is required to build images into the registry the stack creates "
+            "on an existing AKS cluster: its kubelet identity gets AcrPull, or every pod ends in ImagePullBackOff "
+            "(`az aks show -n CLUSTER -g GROUP --query identityProfile.kubeletidentity.objectId -o tsv`); "
+            "or set images.registry / images.build false"
+        )
+    if config.gcp is not None and config.gcp.image_pull_members and not creates_registry:
+        raise ConfigError(
+            f"{_key('gcp.imagePullMembers')} applies only to the Artifact Registry repository the stack creates "
+            "(images.build true, images.registry empty)"
+        )
+
+
 # --- entry points -------------------------------------------------------------------------------
 
 
@@ -365,12 +471,16 @@ def parse_config(raw: Mapping[str, object]) -> StackConfig:
         cluster=_read_section(root, "cluster", _cluster) or ClusterSettings(),
         storage=_read_section(root, "storage", _storage) or StorageSettings(),
         images=_read_section(root, "images", _images) or ImageSettings(),
+        history_server=_read_section(root, "historyServer", _history_server) or HistoryServerSettings(),
         kuberay=_read_section(root, "kuberay", _kuberay) or KubeRaySettings(),
         workloads=_read_section(root, "workloads", _workloads) or WorkloadSettings(),
         **sections,
     )
     root.reject_unknown()
     _check_cluster_source(config)
+    _check_cluster_name(config)
+    _check_namespaces(config)
+    _check_image_pull(config)
     if config.images.build and not config.images.registry and config.cloud == "kind":
         # On the clouds the stack creates a registry; kind needs the local one.
         raise ConfigError(

@@ -14,13 +14,15 @@ class ClusterSettings:
 
     Attributes:
         name: cluster name (also the prefix of its cloud resources).
-        node_count: nodes in the default pool.
+        node_count: nodes in the default pool (GKE regional pools: the total, see max_node_count).
+        max_node_count: GKE regional pools autoscale between node_count and this total; 0 = max(node_count, 3).
         machine_type: GCE machine type / EC2 instance type / Azure VM size; empty = the component's default.
         kubernetes_version: empty = the cloud's default version.
     """
 
     name: str = "ray-history"
     node_count: int = 2
+    max_node_count: int = 0
     machine_type: str = ""
     kubernetes_version: str = ""
 
@@ -52,6 +54,9 @@ class ImageSettings:
         collector: prebuilt collector image reference (required when ``build`` is false).
         server: prebuilt history server image reference (required when ``build`` is false).
         pull_policy: ``imagePullPolicy`` of the server Deployment and the collector sidecar.
+        repository: repository id (Artifact Registry) / prefix (ECR, ACR, ``registry``); empty =
+            ``ray-history-<stack>`` / ``ray-history/<stack>`` on a registry the stack creates,
+            ``ray-history`` under ``registry``.
     """
 
     build: bool = True
@@ -60,6 +65,25 @@ class ImageSettings:
     collector: str = ""
     server: str = ""
     pull_policy: str = "IfNotPresent"
+    repository: str = ""
+
+
+@dataclass(frozen=True)
+class HistoryServerSettings:
+    """The history server Deployment.
+
+    Attributes:
+        cache_size: size of the index cache (``20Gi``); the server fills 80 % of it.
+        cache_storage_class: empty = an ``emptyDir`` counted in the pod's ``ephemeral-storage``
+            request (GKE Autopilot allows at most 10Gi of that per pod); a StorageClass name =
+            a generic ephemeral volume (a PVC made and deleted with the pod) of ``cache_size``.
+        cluster_role_name: the ClusterRole reading RayClusters (cluster-scoped: a second stack on
+            the same cluster needs its own name).
+    """
+
+    cache_size: str = "8Gi"
+    cache_storage_class: str = ""
+    cluster_role_name: str = "raycluster-reader"
 
 
 @dataclass(frozen=True)
@@ -71,11 +95,13 @@ class KubeRaySettings:
             ``RayClusterHistoryServer`` gate already runs in the cluster.
         version: chart version (>= 1.7.0).
         namespace: namespace of the operator.
+        release_name: Helm release name (unique per namespace).
     """
 
     install: bool = True
     version: str = DEFAULT_KUBERAY_VERSION
     namespace: str = "ray-system"
+    release_name: str = "kuberay-operator"
 
 
 @dataclass(frozen=True)
@@ -101,11 +127,17 @@ class GcpSettings:
         project: project id (required).
         region: region of created clusters and the Artifact Registry repository.
         bucket_location: GCS location of the bucket (multi-region ``US`` or a region).
+        image_pull_members: IAM members (``serviceAccount:...``) granted
+            ``roles/artifactregistry.reader`` on the stack's repository: the node service
+            account of an existing cluster (a created cluster's is added automatically).
+        enable_services: enable the APIs the stack needs on the project.
     """
 
     project: str
     region: str = "us-central1"
     bucket_location: str = "US"
+    image_pull_members: tuple[str, ...] = ()
+    enable_services: bool = True
 
 
 @dataclass(frozen=True)
@@ -140,6 +172,8 @@ class AzureSettings:
         resource_group: existing resource group to create resources in; empty = create one.
         subscription_id: empty = the subscription of the signed-in principal.
         oidc_issuer_url: existing AKS cluster's OIDC issuer URL (federated credentials need it).
+        kubelet_object_id: existing AKS cluster's kubelet identity (object id), granted AcrPull
+            on the registry the stack creates.
     """
 
     location: str
@@ -147,6 +181,7 @@ class AzureSettings:
     resource_group: str = ""
     subscription_id: str = ""
     oidc_issuer_url: str = ""
+    kubelet_object_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -185,6 +220,7 @@ class StackConfig:
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
     images: ImageSettings = field(default_factory=ImageSettings)
+    history_server: HistoryServerSettings = field(default_factory=HistoryServerSettings)
     kuberay: KubeRaySettings = field(default_factory=KubeRaySettings)
     workloads: WorkloadSettings = field(default_factory=WorkloadSettings)
     gcp: GcpSettings | None = None

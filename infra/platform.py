@@ -7,7 +7,7 @@ own extra installed (``pip install -e '.[aws]'``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, cast
 
 import pulumi
@@ -30,6 +30,11 @@ class Cluster:
         oidc_provider_arn: AWS IAM OIDC provider (IRSA).
         name: cluster name (EKS Pod Identity associations).
         project_number: GCP project number, when a created GKE cluster knows it.
+        azure_resource_group: the resource group of everything Azure the stack makes.
+        kubelet_object_id: AKS kubelet identity, granted AcrPull on a stack-created registry.
+        identity_ready: what must exist before workload identity works (a created GKE
+            cluster and node pool: they create the ``PROJECT.svc.id.goog`` pool).
+        image_pull_members: IAM members that pull the images (GKE node service accounts).
     """
 
     kubeconfig: pulumi.Output[str]
@@ -38,6 +43,9 @@ class Cluster:
     name: pulumi.Input[str] | None = None
     project_number: pulumi.Input[str] | None = None
     azure_resource_group: pulumi.Input[str] | None = None
+    kubelet_object_id: pulumi.Input[str] | None = None
+    identity_ready: list[pulumi.Resource] = field(default_factory=list)
+    image_pull_members: list[pulumi.Input[str]] = field(default_factory=list)
 
 
 @dataclass
@@ -62,7 +70,21 @@ def cluster_for(config: StackConfig, on_cloud: pulumi.ResourceOptions) -> Cluste
         if config.azure is not None:
             # One resource group for everything Azure the stack makes (storage, registry).
             group = azure_resource_group(config.azure, on_cloud)
-            return Cluster(kubeconfig, oidc_issuer_url=config.azure.oidc_issuer_url, azure_resource_group=group)
+            return Cluster(
+                kubeconfig,
+                oidc_issuer_url=config.azure.oidc_issuer_url,
+                azure_resource_group=group,
+                kubelet_object_id=config.azure.kubelet_object_id or None,
+            )
+        if config.gcp is not None:
+            if config.images.build and not config.images.registry and not config.gcp.image_pull_members:
+                pulumi.log.warn(
+                    "ray-history-server:gcp.imagePullMembers is empty: the existing cluster's nodes pull from the "
+                    "stack's Artifact Registry repository with their own permissions (the default compute service "
+                    "account's Editor grant); in organisations that disable that grant, list the node service "
+                    "account there or pods end in ImagePullBackOff"
+                )
+            return Cluster(kubeconfig, image_pull_members=list(config.gcp.image_pull_members))
         return Cluster(kubeconfig)
     return created_cluster(config, on_cloud)
 
@@ -78,19 +100,27 @@ def created_cluster(config: StackConfig, on_cloud: pulumi.ResourceOptions) -> Cl
             clusters.GkeClusterArgs(
                 project=config.gcp.project,
                 location=config.gcp.region,
+                cluster_name=settings.name,
                 # A machine type asks for a standard cluster; otherwise Autopilot.
                 autopilot=not settings.machine_type,
                 machine_type=settings.machine_type or "e2-standard-4",
                 node_count=settings.node_count,
+                max_node_count=settings.max_node_count or None,
             ),
             opts=on_cloud,
         )
-        return Cluster(gke.kubeconfig, project_number=gke.project_number)
+        return Cluster(
+            gke.kubeconfig,
+            project_number=gke.project_number,
+            identity_ready=gke.identity_ready,
+            image_pull_members=[gke.node_service_account_member, *config.gcp.image_pull_members],
+        )
     if config.aws is not None:
         eks = clusters.EksCluster(
             settings.name,
             clusters.EksClusterArgs(
                 subnet_ids=list(config.aws.subnet_ids),
+                cluster_name=settings.name,
                 region=config.aws.region,
                 version=settings.kubernetes_version or None,
                 instance_types=(settings.machine_type,) if settings.machine_type else ("m6i.large",),
@@ -111,6 +141,7 @@ def created_cluster(config: StackConfig, on_cloud: pulumi.ResourceOptions) -> Cl
             settings.name,
             clusters.AksClusterArgs(
                 resource_group_name=group,
+                cluster_name=settings.name,
                 location=config.azure.location,
                 node_vm_size=settings.machine_type or "Standard_D4s_v5",
                 node_count=settings.node_count,
@@ -118,7 +149,12 @@ def created_cluster(config: StackConfig, on_cloud: pulumi.ResourceOptions) -> Cl
             ),
             opts=on_cloud,
         )
-        return Cluster(aks.kubeconfig, oidc_issuer_url=aks.oidc_issuer_url, azure_resource_group=group)
+        return Cluster(
+            aks.kubeconfig,
+            oidc_issuer_url=aks.oidc_issuer_url,
+            azure_resource_group=group,
+            kubelet_object_id=aks.kubelet_object_id,
+        )
     raise ConfigError("ray-history-server:createCluster is not supported for kind: run `kind create cluster` first")
 
 
@@ -148,6 +184,7 @@ def storage_for(
                 root_dir=config.storage.root_dir,
                 project_number=cluster.project_number,
                 force_destroy=config.storage.force_destroy,
+                workload_pool_ready=cluster.identity_ready,
             ),
             opts=on_cloud,
         ).wiring
@@ -208,6 +245,15 @@ def storage_for(
     ).wiring
 
 
+def gcp_services(config: StackConfig, on_cloud: pulumi.ResourceOptions) -> list[pulumi.Resource]:
+    """The APIs a GCP stack uses, enabled first (none on kind, AWS, Azure, or with ``gcp.enableServices`` off)."""
+    if config.gcp is None or not config.gcp.enable_services:
+        return []
+    from infra.components.gcp_services import GcpProjectServices, GcpProjectServicesArgs
+
+    return [GcpProjectServices("apis", GcpProjectServicesArgs(project=config.gcp.project), opts=on_cloud)]
+
+
 def azure_resource_group(azure: AzureSettings, on_cloud: pulumi.ResourceOptions) -> pulumi.Input[str]:
     """The configured resource group, or one the stack creates (and deletes on destroy)."""
     if azure.resource_group:
@@ -219,7 +265,10 @@ def azure_resource_group(azure: AzureSettings, on_cloud: pulumi.ResourceOptions)
 
 
 def build_images(
-    config: StackConfig, cluster: Cluster, cloud: pulumi.ProviderResource | None
+    config: StackConfig,
+    cluster: Cluster,
+    cloud: pulumi.ProviderResource | None,
+    depends_on: Sequence[pulumi.Resource] = (),
 ) -> tuple[Images, list[pulumi.Resource]]:
     """Prebuilt references from config, or images built and pushed by ``pulumi up``.
 
@@ -236,18 +285,29 @@ def build_images(
     from infra.components.images import HistoryImages, HistoryImagesArgs
 
     tag = config.images.tag
+    repository = config.images.repository or None
     # Cloud nodes are amd64; kind nodes run the local architecture.
     platforms: tuple[str, ...] = () if config.cloud == "kind" else ("linux/amd64",)
     if config.images.registry:
         args = HistoryImagesArgs(
-            registry="none", existing_registry=config.images.registry, tag=tag, platforms=platforms
+            registry="none",
+            existing_registry=config.images.registry,
+            repository_name=repository,
+            tag=tag,
+            platforms=platforms,
         )
     elif config.gcp is not None:
         args = HistoryImagesArgs(
-            registry="gcp", gcp_project=config.gcp.project, gcp_location=config.gcp.region, tag=tag, platforms=platforms
+            registry="gcp",
+            gcp_project=config.gcp.project,
+            gcp_location=config.gcp.region,
+            gcp_reader_members=cluster.image_pull_members,
+            repository_name=repository,
+            tag=tag,
+            platforms=platforms,
         )
     elif config.aws is not None:
-        args = HistoryImagesArgs(registry="aws", tag=tag, platforms=platforms)
+        args = HistoryImagesArgs(registry="aws", repository_name=repository, tag=tag, platforms=platforms)
     elif config.azure is not None:
         args = HistoryImagesArgs(
             registry="azure",
@@ -255,11 +315,15 @@ def build_images(
             # ACR names: 5-50 letters and digits, globally unique like the storage account's.
             azure_registry_name=f"{config.azure.storage_account}acr",
             azure_location=config.azure.location,
+            azure_pull_principal_id=cluster.kubelet_object_id,
+            repository_name=repository,
             tag=tag,
             platforms=platforms,
         )
     else:
         raise ConfigError("ray-history-server:images.registry is required to build images on kind")
     providers = [docker_build.Provider("docker-build"), *([cloud] if cloud is not None else [])]
-    images = HistoryImages("images", args, opts=pulumi.ResourceOptions(providers=providers))
+    images = HistoryImages(
+        "images", args, opts=pulumi.ResourceOptions(providers=providers, depends_on=list(depends_on))
+    )
     return Images(collector=images.collector_image, server=images.server_image), [images]

@@ -20,7 +20,7 @@ from infra.components.kuberay import KubeRayOperator, KubeRayOperatorArgs
 from infra.components.workloads import RayWorkloadAccounts, RayWorkloadAccountsArgs
 from infra.config import StackConfig, load_config
 from infra.outputs import collector_options_output
-from infra.platform import Cluster, build_images, cluster_for, storage_for
+from infra.platform import Cluster, build_images, cluster_for, gcp_services, storage_for
 from infra.providers import cloud_provider, kubernetes_provider
 
 
@@ -67,6 +67,9 @@ def deploy(config: StackConfig | None = None) -> Deployment:
     config = config or load_config()
     cloud = cloud_provider(config)
     on_cloud = pulumi.ResourceOptions(providers=[cloud] if cloud else [])
+    # A fresh GCP project has its APIs off: every Google Cloud component waits for them.
+    apis = gcp_services(config, on_cloud)
+    on_cloud = pulumi.ResourceOptions.merge(on_cloud, pulumi.ResourceOptions(depends_on=apis))
 
     cluster = cluster_for(config, on_cloud)
     k8s_provider = kubernetes_provider(config, cluster.kubeconfig)
@@ -86,13 +89,17 @@ def deploy(config: StackConfig | None = None) -> Deployment:
         on_k8s=on_k8s,
         consumer_namespaces=list(namespaces.values()),
     )
-    images, image_builds = build_images(config, cluster, cloud)
+    images, image_builds = build_images(config, cluster, cloud, depends_on=apis)
 
     kuberay = None
     if config.kuberay.install:
         kuberay = KubeRayOperator(
             "kuberay",
-            KubeRayOperatorArgs(version=config.kuberay.version, namespace=config.kuberay.namespace),
+            KubeRayOperatorArgs(
+                version=config.kuberay.version,
+                namespace=config.kuberay.namespace,
+                release_name=config.kuberay.release_name,
+            ),
             opts=on_k8s,
         )
     history_server = HistoryServerK8s(
@@ -103,8 +110,12 @@ def deploy(config: StackConfig | None = None) -> Deployment:
             namespace=config.namespace,
             create_namespace=config.namespace not in namespaces,
             image_pull_policy=config.images.pull_policy,
+            cache_size_limit=config.history_server.cache_size,
+            cache_storage_class=config.history_server.cache_storage_class or None,
+            cluster_role_name=config.history_server.cluster_role_name,
+            image_ready=image_builds,
         ),
-        opts=pulumi.ResourceOptions.merge(on_k8s, pulumi.ResourceOptions(depends_on=image_builds)),
+        opts=on_k8s,
     )
     workloads = RayWorkloadAccounts(
         "ray-workloads",

@@ -68,23 +68,58 @@ def pod_identity_trust_policy() -> str:
     return json.dumps({"Version": "2012-10-17", "Statement": [statement]}, sort_keys=True)
 
 
-def bucket_access_policy(bucket_arn: str, *, write: bool) -> str:
-    """Least-privilege S3 policy on one bucket: read-only for the server, read/write for writers."""
+def bucket_access_policy(bucket_arn: str, *, write: bool, root_dir: str = "", kms_key_arn: str | None = None) -> str:
+    """Least-privilege S3 policy on one bucket's history prefix: read-only for the server,
+    read/write for writers; with SSE-KMS, the key operations those S3 calls need.
+
+    Objects are reachable only under ``root_dir/`` (the whole bucket when empty), and
+    listing is allowed only with an ``s3:prefix`` inside it. The server lists with
+    ``Delimiter`` from the root itself, hence ``root_dir/`` as well as ``root_dir/*``.
+    """
+    root = root_dir.strip("/")
+    object_arn = f"{bucket_arn}/{root}/*" if root else f"{bucket_arn}/*"
+    list_statement: dict[str, Any] = {
+        "Sid": "ListHistoryBucket",
+        "Effect": "Allow",
+        "Action": WRITER_BUCKET_ACTIONS if write else SERVER_BUCKET_ACTIONS,
+        "Resource": bucket_arn,
+    }
+    if root:
+        list_statement["Condition"] = {"StringLike": {"s3:prefix": [f"{root}/", f"{root}/*"]}}
     statements: list[dict[str, Any]] = [
-        {
-            "Sid": "ListHistoryBucket",
-            "Effect": "Allow",
-            "Action": WRITER_BUCKET_ACTIONS if write else SERVER_BUCKET_ACTIONS,
-            "Resource": bucket_arn,
-        },
+        list_statement,
         {
             "Sid": "WriteHistoryObjects" if write else "ReadHistoryObjects",
             "Effect": "Allow",
             "Action": WRITER_OBJECT_ACTIONS if write else SERVER_OBJECT_ACTIONS,
-            "Resource": f"{bucket_arn}/*",
+            "Resource": object_arn,
         },
     ]
+    if kms_key_arn:
+        # SSE-KMS: GetObject needs Decrypt; PutObject and multipart uploads need GenerateDataKey
+        # (and Decrypt to complete a multipart upload).
+        statements.append(
+            {
+                "Sid": "UseHistoryKey",
+                "Effect": "Allow",
+                "Action": ["kms:Decrypt", "kms:GenerateDataKey"] if write else ["kms:Decrypt"],
+                "Resource": kms_key_arn,
+            }
+        )
     return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
+
+
+def tls_only_bucket_policy(bucket_arn: str) -> str:
+    """Bucket policy denying every request not made over TLS (``aws:SecureTransport``)."""
+    statement = {
+        "Sid": "DenyInsecureTransport",
+        "Effect": "Deny",
+        "Principal": "*",
+        "Action": "s3:*",
+        "Resource": [bucket_arn, f"{bucket_arn}/*"],
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+    }
+    return json.dumps({"Version": "2012-10-17", "Statement": [statement]}, sort_keys=True)
 
 
 @dataclass
@@ -182,6 +217,8 @@ class S3HistoryStorage(pulumi.ComponentResource):
         self.bucket_name: pulumi.Output[str] = self.bucket.bucket
         bucket_settings = self._harden_bucket(name, args, child)
 
+        # Per account (``server`` or ``namespace/name``): what its credentials need to exist.
+        self.ready: dict[str, list[pulumi.Resource]] = {}
         self.server_role = self._role(name, "server", [args.server], args, write=False)
         self.writer_role = self._role(name, "writer", args.writers, args, write=True) if args.writers else None
 
@@ -194,8 +231,12 @@ class S3HistoryStorage(pulumi.ComponentResource):
             bucket=self.bucket.bucket,
             # Consumers must not start before the bucket refuses public access and encrypts.
             env=pulumi.Output.all(env, *bucket_settings).apply(lambda parts: parts[0]),
-            server=self._identity(self.server_role, args),
-            writers={writer_key(sa): self._identity(self.writer_role, args) for sa in args.writers if self.writer_role},
+            server=self._identity(self.server_role, args, self.ready["server"]),
+            writers={
+                writer_key(sa): self._identity(self.writer_role, args, self.ready[writer_key(sa)])
+                for sa in args.writers
+                if self.writer_role
+            },
         )
         self.register_outputs(
             {
@@ -206,7 +247,17 @@ class S3HistoryStorage(pulumi.ComponentResource):
         )
 
     def _harden_bucket(self, name: str, args: S3HistoryStorageArgs, child: pulumi.ResourceOptions) -> list[Any]:
-        """Ownership, public access block, encryption and lifecycle; returns outputs to wait on."""
+        """Ownership, public access block, encryption, lifecycle and the TLS-only policy, one
+        after the other; returns outputs to wait on.
+
+        S3 answers ``OperationAborted`` ("A conflicting conditional operation is currently in
+        progress against this resource") to concurrent configuration writes on one bucket,
+        so each setting waits for the previous one.
+        """
+
+        def after(previous: pulumi.Resource) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions(parent=self, depends_on=[previous])
+
         ownership = aws.s3.BucketOwnershipControls(
             f"{name}-ownership",
             bucket=self.bucket.id,
@@ -220,7 +271,7 @@ class S3HistoryStorage(pulumi.ComponentResource):
             block_public_policy=True,
             ignore_public_acls=True,
             restrict_public_buckets=True,
-            opts=child,
+            opts=after(ownership),
         )
         s3 = aws.s3
         default_encryption = (
@@ -241,7 +292,7 @@ class S3HistoryStorage(pulumi.ComponentResource):
                     bucket_key_enabled=args.kms_key_arn is not None,
                 )
             ],
-            opts=child,
+            opts=after(public_block),
         )
         # Multipart uploads abandoned by a killed collector cost storage until aborted.
         rules = [
@@ -264,8 +315,16 @@ class S3HistoryStorage(pulumi.ComponentResource):
                     expiration=s3.BucketLifecycleConfigurationRuleExpirationArgs(days=args.retention_days),
                 )
             )
-        lifecycle = s3.BucketLifecycleConfiguration(f"{name}-lifecycle", bucket=self.bucket.id, rules=rules, opts=child)
-        return [ownership.id, public_block.id, encryption.id, lifecycle.id]
+        lifecycle = s3.BucketLifecycleConfiguration(
+            f"{name}-lifecycle", bucket=self.bucket.id, rules=rules, opts=after(encryption)
+        )
+        tls_only = s3.BucketPolicy(
+            f"{name}-tls-only",
+            bucket=self.bucket.id,
+            policy=self.bucket.arn.apply(tls_only_bucket_policy),
+            opts=after(lifecycle),
+        )
+        return [ownership.id, public_block.id, encryption.id, lifecycle.id, tls_only.id]
 
     def _role(
         self, name: str, kind: str, accounts: Sequence[ServiceAccountRef], args: S3HistoryStorageArgs, *, write: bool
@@ -284,27 +343,37 @@ class S3HistoryStorage(pulumi.ComponentResource):
             tags=args.tags or None,
             opts=child,
         )
-        aws.iam.RolePolicy(
+        policy = aws.iam.RolePolicy(
             f"{name}-{kind}-s3",
             role=role.id,
-            policy=self.bucket.arn.apply(lambda arn: bucket_access_policy(arn, write=write)),
+            policy=pulumi.Output.all(self.bucket.arn, args.kms_key_arn).apply(
+                lambda a: bucket_access_policy(a[0], write=write, root_dir=args.root_dir, kms_key_arn=a[1])
+            ),
             opts=child,
         )
+        self.ready.update({writer_key(sa) if write else "server": [policy] for sa in accounts})
         if args.identity_mode == "pod-identity":
             for sa in accounts:
-                aws.eks.PodIdentityAssociation(
-                    f"{name}-{kind}-{sa.namespace}-{sa.name}",
-                    cluster_name=args.cluster_name,
-                    namespace=sa.namespace,
-                    service_account=sa.name,
-                    role_arn=role.arn,
-                    tags=args.tags or None,
-                    opts=child,
+                self.ready[writer_key(sa) if write else "server"].append(
+                    aws.eks.PodIdentityAssociation(
+                        f"{name}-{kind}-{sa.namespace}-{sa.name}",
+                        cluster_name=args.cluster_name,
+                        namespace=sa.namespace,
+                        service_account=sa.name,
+                        role_arn=role.arn,
+                        tags=args.tags or None,
+                        opts=child,
+                    )
                 )
         return role
 
     @staticmethod
-    def _identity(role: aws.iam.Role | None, args: S3HistoryStorageArgs) -> IdentityWiring:
+    def _identity(
+        role: aws.iam.Role | None, args: S3HistoryStorageArgs, ready: list[pulumi.Resource]
+    ) -> IdentityWiring:
         if role is None or args.identity_mode == "pod-identity":
-            return IdentityWiring()  # the association names the service account: nothing on the pod
-        return IdentityWiring(service_account_annotations=role.arn.apply(lambda arn: {IRSA_ANNOTATION: arn}))
+            # The association names the service account: nothing on the pod, but the EKS
+            # webhook injects credentials only into pods admitted after it exists.
+            return IdentityWiring(ready=ready)
+        annotations = role.arn.apply(lambda arn: {IRSA_ANNOTATION: arn})
+        return IdentityWiring(service_account_annotations=annotations, ready=ready)

@@ -153,6 +153,8 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
         )
         self.bucket_name: pulumi.Output[str] = self.container.name
         self.federated_credentials: list[azure.managedidentity.FederatedIdentityCredential] = []
+        # Per account (``server`` or ``namespace/name``): what its credentials need to exist.
+        self.ready: dict[str, list[pulumi.Resource]] = {}
         if args.retention_days is not None:
             self._retention_policy(name, args, child)
 
@@ -195,8 +197,12 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
             backend="azureblob",
             bucket=self.container.name,
             env=env,
-            server=self._wiring_for(self.server_identity),
-            writers={writer_key(sa): self._wiring_for(writer_identity) for sa in args.writers if writer_identity},
+            server=self._wiring_for(self.server_identity, self.ready["server"]),
+            writers={
+                writer_key(sa): self._wiring_for(writer_identity, self.ready[writer_key(sa)])
+                for sa in args.writers
+                if writer_identity
+            },
         )
         self.register_outputs(
             {
@@ -260,6 +266,7 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
         )
         # Azure rejects concurrent federated-credential writes on one identity: chain them.
         previous: list[pulumi.Resource] = []
+        credentials: dict[str, pulumi.Resource] = {}
         for account in accounts:
             credential = azure.managedidentity.FederatedIdentityCredential(
                 f"{name}-{kind}-{account.namespace}-{account.name}",
@@ -273,7 +280,8 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
             )
             previous = [credential]
             self.federated_credentials.append(credential)
-        azure.authorization.RoleAssignment(
+            credentials[writer_key(account) if kind == "writer" else "server"] = credential
+        assignment = azure.authorization.RoleAssignment(
             f"{name}-{kind}-blob-data",
             principal_id=identity.principal_id,
             # A brand-new identity may not have replicated yet; the type skips the lookup.
@@ -282,12 +290,19 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
             scope=scope,
             opts=pulumi.ResourceOptions(parent=self),
         )
+        # A token exchanged before its federated credential exists, or used before the role
+        # assignment, fails; the workload identity webhook only mutates pods at admission.
+        for key, credential in credentials.items():
+            self.ready[key] = [credential, assignment]
         return identity
 
     @staticmethod
-    def _wiring_for(identity: azure.managedidentity.UserAssignedIdentity) -> IdentityWiring:
+    def _wiring_for(
+        identity: azure.managedidentity.UserAssignedIdentity, ready: list[pulumi.Resource]
+    ) -> IdentityWiring:
         # The workload identity webhook reads the client id from the SA and keys on the pod label.
         return IdentityWiring(
             service_account_annotations=identity.client_id.apply(lambda cid: {CLIENT_ID_ANNOTATION: cid}),
             pod_labels={USE_LABEL: "true"},
+            ready=ready,
         )

@@ -38,11 +38,17 @@ class IdentityWiring:
         service_account_annotations: on the ServiceAccount (IRSA role ARN, Azure client id).
         pod_labels: on the pod template (``azure.workload.identity/use: "true"``).
         env: extra container environment (e.g. ``AZURE_CLIENT_ID``) if the SDK needs it.
+        ready: the cloud resources that make the credentials work (bucket grant, EKS Pod
+            Identity association, federated credential, role assignment). A pod running as
+            the account must be created after them: EKS and Azure inject credentials only
+            at pod admission, and a pod started before its grant gets 403s until restarted.
+            Consumers pass these to ``depends_on``.
     """
 
     service_account_annotations: pulumi.Input[dict[str, str]] = field(default_factory=dict)
     pod_labels: dict[str, str] = field(default_factory=dict)
     env: pulumi.Input[dict[str, str]] = field(default_factory=dict)
+    ready: list[pulumi.Resource] = field(default_factory=list)
 
 
 @dataclass

@@ -57,6 +57,9 @@ class GcsHistoryStorageArgs:
             None looks it up with ``gcp.organizations.get_project``.
         force_destroy: let ``pulumi destroy`` delete a non-empty bucket.
         labels: labels on the bucket.
+        workload_pool_ready: the resources that create the ``PROJECT.svc.id.goog`` identity
+            pool (a created GKE cluster and its node pool). IAM rejects a ``principal://``
+            grant naming a pool that does not exist yet, so the grants wait for them.
     """
 
     project: str
@@ -69,6 +72,7 @@ class GcsHistoryStorageArgs:
     project_number: pulumi.Input[str] | None = None
     force_destroy: bool = False
     labels: dict[str, str] = field(default_factory=dict)
+    workload_pool_ready: Sequence[pulumi.Resource] = ()
 
     def __post_init__(self) -> None:
         if not self.project:
@@ -143,7 +147,9 @@ class GcsHistoryStorage(pulumi.ComponentResource):
             project_number = project.number
 
         self.members: dict[str, pulumi.Output[str]] = {}
+        self.grants: dict[str, gcp.storage.BucketIAMMember] = {}
         grants = [(sa, WRITER_ROLE, "writer") for sa in args.writers] + [(args.server, SERVER_ROLE, "server")]
+        after_pool = pulumi.ResourceOptions(parent=self, depends_on=list(args.workload_pool_ready))
         for account, role, kind in grants:
             member = project_number.apply(partial(_principal_for, project_id=args.project, account=account))
             grant = gcp.storage.BucketIAMMember(
@@ -151,10 +157,12 @@ class GcsHistoryStorage(pulumi.ComponentResource):
                 bucket=self.bucket.name,
                 role=role,
                 member=member,
-                opts=child,
+                opts=after_pool,
             )
+            key = writer_key(account) if kind == "writer" else "server"
             # The grant's own output, so readers of ``members`` wait until the grant exists.
-            self.members[writer_key(account) if kind == "writer" else "server"] = grant.member
+            self.members[key] = grant.member
+            self.grants[key] = grant
 
         env = storage_env(
             {"STORAGE_BACKEND": "gcs", "GCS_BUCKET": self.bucket.name, "GOOGLE_CLOUD_PROJECT": args.project},
@@ -165,7 +173,7 @@ class GcsHistoryStorage(pulumi.ComponentResource):
             backend="gcs",
             bucket=self.bucket.name,
             env=env,
-            server=IdentityWiring(),
-            writers={writer_key(sa): IdentityWiring() for sa in args.writers},
+            server=IdentityWiring(ready=[self.grants["server"]]),
+            writers={writer_key(sa): IdentityWiring(ready=[self.grants[writer_key(sa)]]) for sa in args.writers},
         )
         self.register_outputs({"bucket_name": self.bucket.name, "members": self.members, "env": env})

@@ -22,9 +22,12 @@ CACHE_DIR = "/var/cache/historyserver"
 #: Where images/server/Dockerfile puts the Ray Dashboard build.
 DASHBOARD_DIR = "/opt/ray-dashboard"
 RUN_AS_USER = 1000
-#: Share of the cache emptyDir the server may fill before evicting indexes; the rest
+#: Share of the cache volume the server may fill before evicting indexes; the rest
 #: is slack so the kubelet never evicts the pod for exceeding sizeLimit.
 CACHE_FILL_RATIO = 0.8
+TMP_SIZE = "1Gi"
+#: Container logs and the writable layer count against ephemeral storage too.
+LOG_ALLOWANCE_BYTES = 512 * 2**20
 
 #: Cold loads build a session's SQLite index (parse every event file and list every
 #: log object): CPU-bound, one build per request thread. One guaranteed CPU keeps a
@@ -77,12 +80,21 @@ class HistoryServerArgs:
         namespace: where the server runs.
         create_namespace: create it (False: it exists already).
         replicas: server pods (each keeps its own index cache).
-        cache_size_limit: ``sizeLimit`` of the index-cache emptyDir.
+        cache_size_limit: size of the index cache: the emptyDir's ``sizeLimit``, or the PVC's
+            request with ``cache_storage_class``.
+        cache_storage_class: None = an ``emptyDir``, requested (and limited) as the pod's
+            ``ephemeral-storage`` so the scheduler reserves it and GKE Autopilot (which
+            defaults ephemeral storage small and allows at most 10Gi per pod) does not evict
+            the pod; a StorageClass name = a generic ephemeral volume (a PVC made and deleted
+            with the pod) for caches larger than the node's ephemeral storage.
         resources: requests and limits of the server container.
         image_pull_policy: Kubernetes pull policy.
         extra_args: more ``historyserver`` flags (e.g. ``--log-format=json``).
         ingress: optional Ingress.
         cluster_role_name: the ClusterRole reading RayClusters (cluster-scoped: one per cluster).
+        image_ready: what must exist before nodes can pull ``image`` (its build and push, the
+            registry's pull grant): the Deployment waits for them, or its first pods sit in
+            ImagePullBackOff and the Deployment's readiness wait can time out.
     """
 
     image: pulumi.Input[str]
@@ -90,12 +102,14 @@ class HistoryServerArgs:
     namespace: str = "ray-history"
     create_namespace: bool = True
     replicas: int = 1
-    cache_size_limit: str = "20Gi"
+    cache_size_limit: str = "8Gi"
+    cache_storage_class: str | None = None
     resources: dict[str, dict[str, str]] = field(default_factory=lambda: DEFAULT_SERVER_RESOURCES)
     image_pull_policy: str = "IfNotPresent"
     extra_args: list[str] = field(default_factory=list)
     ingress: HistoryServerIngress | None = None
     cluster_role_name: str = "raycluster-reader"
+    image_ready: list[pulumi.Resource] = field(default_factory=list)
 
     def validate(self) -> None:
         if isinstance(self.image, str) and not self.image.strip():
@@ -110,6 +124,25 @@ class HistoryServerArgs:
             raise ValueError(f"wiring.backend: {self.wiring.backend!r} is not gcs, s3, azureblob or local")
         if self.ingress is not None and not self.ingress.host.strip():
             raise ValueError("ingress.host: required when an ingress is requested")
+
+    def container_resources(self) -> dict[str, dict[str, str]]:
+        """``resources`` plus ``ephemeral-storage`` (request = limit) for every local write of the pod."""
+        local = quantity_bytes(TMP_SIZE, "tmp") + LOG_ALLOWANCE_BYTES
+        if self.cache_storage_class is None:
+            local += quantity_bytes(self.cache_size_limit, "cache_size_limit")
+        ephemeral = f"{-(-local // 2**20)}Mi"
+        return {part: {"ephemeral-storage": ephemeral, **values} for part, values in self.resources.items()}
+
+    def cache_volume(self) -> dict[str, Any]:
+        """The index cache: an emptyDir, or a generic ephemeral volume of ``cache_storage_class``."""
+        if self.cache_storage_class is None:
+            return {"name": "cache", "empty_dir": {"size_limit": self.cache_size_limit}}
+        claim = {
+            "access_modes": ["ReadWriteOnce"],
+            "storage_class_name": self.cache_storage_class,
+            "resources": {"requests": {"storage": self.cache_size_limit}},
+        }
+        return {"name": "cache", "ephemeral": {"volume_claim_template": {"spec": claim}}}
 
     def server_args(self) -> list[str]:
         cache_max = int(quantity_bytes(self.cache_size_limit, "cache_size_limit") * CACHE_FILL_RATIO) // 2**20
@@ -234,7 +267,10 @@ class HistoryServerK8s(pulumi.ComponentResource):
                     "spec": self._pod_spec(args, env),
                 },
             },
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*depends, account]),
+            # The pod's credentials work only once the cloud side of its identity exists.
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[*depends, account, *args.wiring.server.ready, *args.image_ready]
+            ),
         )
         service = k8s.core.v1.Service(
             f"{name}-service",
@@ -293,7 +329,7 @@ class HistoryServerK8s(pulumi.ComponentResource):
                     # Killed only after 2 min without an answer.
                     "liveness_probe": probe("/livez", 20, 6),
                     "readiness_probe": probe("/readz", 10, 3),
-                    "resources": args.resources,
+                    "resources": args.container_resources(),
                     "security_context": {
                         "run_as_non_root": True,
                         "run_as_user": RUN_AS_USER,
@@ -310,8 +346,8 @@ class HistoryServerK8s(pulumi.ComponentResource):
                 }
             ],
             "volumes": [
-                {"name": "cache", "empty_dir": {"size_limit": args.cache_size_limit}},
-                {"name": "tmp", "empty_dir": {"size_limit": "1Gi"}},
+                args.cache_volume(),
+                {"name": "tmp", "empty_dir": {"size_limit": TMP_SIZE}},
                 # Memory-backed: counts against the memory limit, so keep it small.
                 {"name": "shm", "empty_dir": {"medium": "Memory", "size_limit": "64Mi"}},
             ],

@@ -7,6 +7,7 @@ digest-pinned references (``registry/repo/collector:tag@sha256:...``) so a rebui
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,9 +16,12 @@ from typing import Literal
 import pulumi
 import pulumi_docker_build as docker_build
 
+from infra.components import acr_token
+
 REPOSITORY_ROOT = str(Path(__file__).resolve().parents[2])
 IMAGE_NAMES = ("collector", "server")
 ACR_PULL = "7f951dda-4ed3-4680-a7ca-43fe172d538d"  # built-in AcrPull role
+ACR_PUSH = "8311e382-0749-4cb8-b61a-304f252e45ec"  # built-in AcrPush role
 RegistryKind = Literal["gcp", "aws", "azure", "none"]
 
 
@@ -30,11 +34,15 @@ class HistoryImagesArgs:
             (ACR), ``none`` (``existing_registry`` or prebuilt references only).
         collector_image / server_image: prebuilt references; giving both skips the build.
         tag: tag of built images.
-        repository_name: Artifact Registry repository id / ECR repository prefix.
+        repository_name: Artifact Registry repository id / ECR repository prefix / ACR repository
+            path. None = ``ray-history-<stack>`` (Artifact Registry, one per project) or
+            ``ray-history/<stack>`` (ECR, one per account and region), so two stacks never
+            share, and one ``pulumi destroy`` never deletes, the other's repository.
         gcp_project / gcp_location: Artifact Registry project and region (``registry="gcp"``).
         gcp_reader_members: IAM members allowed to pull (e.g. the GKE node service account).
         azure_resource_group_name / azure_registry_name / azure_location: the ACR (``registry="azure"``).
-        azure_pull_principal_id: principal that gets AcrPull (``AksCluster.kubelet_object_id``).
+        azure_pull_principal_id: principal that gets AcrPull (``AksCluster.kubelet_object_id``);
+            required with ``registry="azure"``: without it no node can pull the images.
         existing_registry: registry host/path to push to when ``registry="none"`` (e.g. ``localhost:5001``).
         context / platforms / build_on_preview: build settings.
     """
@@ -43,7 +51,7 @@ class HistoryImagesArgs:
     collector_image: str | None = None
     server_image: str | None = None
     tag: str = "latest"
-    repository_name: str = "ray-history"
+    repository_name: str | None = None
     gcp_project: str | None = None
     gcp_location: str | None = None
     gcp_reader_members: Sequence[pulumi.Input[str]] = ()
@@ -69,6 +77,11 @@ class HistoryImagesArgs:
             raise ValueError(
                 "HistoryImagesArgs.azure_resource_group_name and .azure_registry_name are required for registry='azure'"
             )
+        if self.registry == "azure" and self.azure_pull_principal_id is None:
+            raise ValueError(
+                "HistoryImagesArgs.azure_pull_principal_id is required for registry='azure': the AKS kubelet "
+                "identity must get AcrPull, or every pod pulling these images ends in ImagePullBackOff"
+            )
         if self.registry == "none" and not self.existing_registry:
             raise ValueError(
                 "HistoryImagesArgs.existing_registry is required to build with registry='none' "
@@ -82,6 +95,13 @@ class HistoryImagesArgs:
     def prebuilt(self) -> bool:
         """True when both references are given: nothing is built."""
         return self.collector_image is not None and self.server_image is not None
+
+    def repository(self, stack: str) -> str:
+        """The repository id / prefix: the configured one or a stack-scoped default."""
+        if self.repository_name:
+            return self.repository_name
+        scoped = re.sub(r"[^a-z0-9-]+", "-", stack.lower()).strip("-") or "default"
+        return f"ray-history/{scoped}" if self.registry == "aws" else f"ray-history-{scoped}"[:63].rstrip("-")
 
 
 class HistoryImages(pulumi.ComponentResource):
@@ -108,6 +128,8 @@ class HistoryImages(pulumi.ComponentResource):
     def __init__(self, name: str, args: HistoryImagesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("rayhistory:images:HistoryImages", name, None, opts)
         self.images: dict[str, docker_build.Image] = {}
+        #: The AcrPull grant of the kubelet identity (``registry="azure"``): pods wait for it.
+        self.pull_access: pulumi.Resource | None = None
         if args.prebuilt:
             self.collector_image: pulumi.Output[str] = pulumi.Output.from_input(str(args.collector_image))
             self.server_image: pulumi.Output[str] = pulumi.Output.from_input(str(args.server_image))
@@ -137,12 +159,13 @@ class HistoryImages(pulumi.ComponentResource):
         """Create the registry; return the repository path per image and push credentials."""
         child = pulumi.ResourceOptions(parent=self)
         invoke = pulumi.InvokeOutputOptions(parent=self)
+        repository = args.repository(pulumi.get_stack())
         if args.registry == "gcp":
             import pulumi_gcp as gcp
 
             repo = gcp.artifactregistry.Repository(
                 f"{name}-repository",
-                repository_id=args.repository_name,
+                repository_id=repository,
                 project=args.gcp_project,
                 location=args.gcp_location,
                 format="DOCKER",
@@ -159,7 +182,7 @@ class HistoryImages(pulumi.ComponentResource):
                     opts=child,
                 )
             self.registry_address = repo.registry_uri
-            token = gcp.organizations.get_client_config_output(opts=invoke).access_token
+            token = pulumi.Output.secret(gcp.organizations.get_client_config_output(opts=invoke).access_token)
             auth = docker_build.RegistryArgs(
                 address=f"{args.gcp_location}-docker.pkg.dev", username="oauth2accesstoken", password=token
             )
@@ -170,7 +193,7 @@ class HistoryImages(pulumi.ComponentResource):
             ecr = {
                 i: aws.ecr.Repository(
                     f"{name}-{i}-repository",
-                    name=f"{args.repository_name}/{i}",
+                    name=f"{repository}/{i}",
                     image_scanning_configuration={"scan_on_push": True},
                     force_delete=True,
                     opts=child,
@@ -192,32 +215,43 @@ class HistoryImages(pulumi.ComponentResource):
                 resource_group_name=args.azure_resource_group_name,
                 location=args.azure_location,
                 sku=azure.containerregistry.SkuArgs(name=azure.containerregistry.SkuName.BASIC),
-                admin_user_enabled=True,  # push credentials for BuildKit
+                # No shared password: nodes pull with their kubelet identity, pushes use Entra tokens.
+                admin_user_enabled=False,
                 opts=child,
             )
-            if args.azure_pull_principal_id is not None:
-                client = azure.authorization.get_client_config_output(opts=invoke)
-                azure.authorization.RoleAssignment(
-                    f"{name}-acr-pull",
-                    principal_id=args.azure_pull_principal_id,
-                    principal_type=azure.authorization.PrincipalType.SERVICE_PRINCIPAL,
-                    role_definition_id=client.subscription_id.apply(
-                        lambda sub: f"/subscriptions/{sub}/providers/Microsoft.Authorization/roleDefinitions/{ACR_PULL}"
-                    ),
-                    scope=acr.id,
-                    opts=child,
-                )
-            creds = azure.containerregistry.list_registry_credentials_output(
-                resource_group_name=args.azure_resource_group_name, registry_name=acr.name, opts=invoke
+            client = azure.authorization.get_client_config_output(opts=invoke)
+            role_id = client.subscription_id.apply
+            self.pull_access = azure.authorization.RoleAssignment(
+                f"{name}-acr-pull",
+                principal_id=args.azure_pull_principal_id,
+                principal_type=azure.authorization.PrincipalType.SERVICE_PRINCIPAL,
+                role_definition_id=role_id(lambda sub: _role_definition(sub, ACR_PULL)),
+                scope=acr.id,
+                opts=child,
             )
+            # The identity running `pulumi up` pushes with its own Entra token: it needs AcrPush.
+            push_access = azure.authorization.RoleAssignment(
+                f"{name}-acr-push",
+                principal_id=client.object_id,
+                role_definition_id=role_id(lambda sub: _role_definition(sub, ACR_PUSH)),
+                scope=acr.id,
+                opts=child,
+            )
+            arm_token = pulumi.Output.secret(azure.authorization.get_client_token_output(opts=invoke).token)
+            exchanged: pulumi.Output[str] = pulumi.Output.all(
+                acr.login_server, client.tenant_id, arm_token, push_access.id
+            ).apply(lambda a: acr_token.exchange_acr_refresh_token(a[0], a[1], a[2]))
+            password: pulumi.Output[str] = pulumi.Output.secret(exchanged)
             self.registry_address = acr.login_server
-            password = creds.apply(lambda c: c.passwords[0].value if c.passwords else "")
             auth = docker_build.RegistryArgs(
-                address=acr.login_server, username=creds.apply(lambda c: c.username or ""), password=password
+                address=acr.login_server, username=acr_token.ACR_TOKEN_USER, password=password
             )
-            return {
-                i: pulumi.Output.concat(acr.login_server, "/", args.repository_name, "/", i) for i in IMAGE_NAMES
-            }, [auth]
+            return {i: pulumi.Output.concat(acr.login_server, "/", repository, "/", i) for i in IMAGE_NAMES}, [auth]
         registry = str(args.existing_registry).rstrip("/")
         self.registry_address = pulumi.Output.from_input(registry)
-        return {i: pulumi.Output.from_input(f"{registry}/{args.repository_name}/{i}") for i in IMAGE_NAMES}, []
+        path = args.repository_name or "ray-history"  # a registry of the user's: the path they know
+        return {i: pulumi.Output.from_input(f"{registry}/{path}/{i}") for i in IMAGE_NAMES}, []
+
+
+def _role_definition(subscription_id: str, role_guid: str) -> str:
+    return f"/subscriptions/{subscription_id}/providers/Microsoft.Authorization/roleDefinitions/{role_guid}"

@@ -86,6 +86,7 @@ class KubeRayOperatorArgs:
         version: chart version (= operator version); only minors listed in
             ``CHART_DEFAULT_GATES`` are accepted, so the gate list is never guessed.
         namespace: where the operator runs (Ray's docs recommend ``ray-system``).
+        release_name: the Helm release's name (unique per namespace; one operator per cluster).
         create_namespace: let Helm create the namespace.
         feature_gate_overrides: extra gates by name, e.g. ``{"RayCronJob": True}``.
         values: other chart values (deep-merged; ``featureGates`` is refused here).
@@ -94,6 +95,7 @@ class KubeRayOperatorArgs:
 
     version: str = DEFAULT_KUBERAY_VERSION
     namespace: str = "ray-system"
+    release_name: str = "kuberay-operator"
     create_namespace: bool = True
     feature_gate_overrides: dict[str, bool] = field(default_factory=dict)
     values: dict[str, Any] = field(default_factory=dict)
@@ -129,7 +131,7 @@ class KubeRayOperator(pulumi.ComponentResource):
         self.release = k8s.helm.v3.Release(
             f"{name}-operator",
             k8s.helm.v3.ReleaseArgs(
-                name="kuberay-operator",
+                name=args.release_name,
                 chart=KUBERAY_CHART,
                 version=args.version,
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KUBERAY_HELM_REPO),

@@ -110,7 +110,8 @@ class RayWorkloadAccounts(pulumi.ComponentResource):
                     "labels": {**labels, **identity.pod_labels},
                     "annotations": identity.service_account_annotations,
                 },
-                opts=pulumi.ResourceOptions(parent=self, depends_on=depends),
+                # Ray pods using the account are admitted only after its credentials work.
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*depends, *identity.ready]),
             )
             self.pod_labels[ns] = dict(identity.pod_labels)
         self.register_outputs({"accountName": self.account_name, "namespaces": list(self.accounts)})

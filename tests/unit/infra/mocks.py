@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import base64
 import functools
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pulumi
+from pulumi.runtime.mocks import MockMonitor
 
 AWS_ACCOUNT = "123456789012"
 AWS_REGION = "us-east-1"
@@ -51,6 +53,19 @@ class RecordedResource:
     custom: bool
     state: State
     resource_id: str
+    #: URNs the engine was told this resource depends on: ``depends_on`` (components
+    #: expanded to their children) plus every resource an input Output came from.
+    dependencies: frozenset[str] = frozenset()
+    #: The inputs as sent, secrets still in their envelopes (see :func:`is_secret`).
+    raw_inputs: State | None = None
+
+    def depends_on(self, name: str) -> bool:
+        """True when one of :attr:`dependencies` is the resource with this logical name."""
+        return any(urn.rsplit("::", 1)[-1] == name for urn in self.dependencies)
+
+    def dependency_names(self) -> set[str]:
+        """Logical names of every resource this one depends on."""
+        return {urn.rsplit("::", 1)[-1] for urn in self.dependencies}
 
     @property
     def provider_name(self) -> str:
@@ -72,6 +87,11 @@ def unwrap_secrets(value: Any) -> Any:
     if isinstance(value, list):
         return [unwrap_secrets(v) for v in value]
     return value
+
+
+def is_secret(value: Any) -> bool:
+    """True when ``value`` (from :attr:`RecordedResource.raw_inputs`) is the engine's secret envelope."""
+    return isinstance(value, dict) and _SECRET_SIG in value and "value" in value
 
 
 def _fake_uuid(*parts: str) -> str:
@@ -107,6 +127,9 @@ def _gcp_state(typ: str, name: str, inputs: State) -> State:
             "registryUri": f"{inputs['location']}-docker.pkg.dev/{inputs.get('project', 'mock-project')}/"
             f"{inputs['repositoryId']}"
         }
+    if typ == "gcp:serviceaccount/account:Account":
+        email = f"{inputs['accountId']}@{inputs.get('project', 'mock-project')}.iam.gserviceaccount.com"
+        return {"email": email, "member": f"serviceAccount:{email}"}
     if typ == "gcp:container/cluster:Cluster":
         return {
             "endpoint": "34.1.2.3",
@@ -205,6 +228,7 @@ def _default_calls() -> dict[str, Callable[[State], State]]:
             "clientId": _fake_uuid("deployer-client"),
             "objectId": _fake_uuid("deployer-object"),
         },
+        "azure-native:authorization:getClientToken": lambda a: {"token": "arm-mock-token"},
         "azure-native:containerregistry:listRegistryCredentials": lambda a: {
             "username": a.get("registryName", "acr"),
             "passwords": [{"name": "password", "value": "acr-mock-password"}],
@@ -213,6 +237,27 @@ def _default_calls() -> dict[str, Callable[[State], State]]:
             "kubeconfigs": [{"name": "clusterUser", "value": kubeconfig_b64}],
         },
     }
+
+
+class _DependencyMonitor(MockMonitor):
+    """The SDK's mock monitor, handing each request's dependency URNs to :class:`RecordingMocks`.
+
+    ``MockResourceArgs`` carries no dependencies, but ordering is what several cloud
+    defects are about (a grant before its identity pool exists, a pod before its
+    credentials), so the tests must be able to see it.
+    """
+
+    def __init__(self, mocks: RecordingMocks) -> None:
+        super().__init__(mocks)
+        self.recording = mocks
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - the gRPC method name
+        # Registrations run on several executor threads at once; each calls new_resource on its own.
+        self.recording._pending.dependencies = frozenset(request.dependencies)
+        try:
+            return super().RegisterResource(request)
+        finally:
+            self.recording._pending.dependencies = frozenset()
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
@@ -227,6 +272,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
         self.resources: list[RecordedResource] = []
         self.calls: list[tuple[str, State, str]] = []
         self._calls = {**_default_calls(), **(extra_calls or {})}
+        self._pending = threading.local()
 
     @classmethod
     def install(
@@ -234,7 +280,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
     ) -> RecordingMocks:
         """Create the mocks and make them the engine for the following resources."""
         mocks = cls(extra_calls)
-        pulumi.runtime.set_mocks(mocks, project="ray-history-server", stack="test", preview=preview)
+        pulumi.runtime.set_mocks(
+            mocks, project="ray-history-server", stack="test", preview=preview, monitor=_DependencyMonitor(mocks)
+        )
         return mocks
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, State]:
@@ -269,6 +317,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 custom=bool(args.custom),
                 state=state,
                 resource_id=resource_id,
+                dependencies=getattr(self._pending, "dependencies", frozenset()),
+                raw_inputs=dict(args.inputs),
             )
         )
         return resource_id, state

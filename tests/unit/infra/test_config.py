@@ -241,6 +241,81 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], str]] = [
         base(workloads={"namespace": ["a"]}),
         "ray-history-server:workloads.namespace is not a known key",
     ),
+    # #13 item 10: the server's namespace is 'restricted'; with createNamespaces it would be made twice.
+    (
+        "ray in the server namespace",
+        base(workloads={"namespaces": ["team-a", "ray-history"], "createNamespaces": True}),
+        "ray-history-server:workloads.namespaces lists 'ray-history', the history server's namespace",
+    ),
+    (
+        "ray in a custom server namespace",
+        base(namespace="platform", workloads={"namespaces": ["platform"]}),
+        "ray-history-server:workloads.namespaces lists 'platform'",
+    ),
+    # #13 item 12: the clouds' real cluster-name limits, not Kubernetes' 63.
+    (
+        "gke name over 40",
+        {"cloud": "gcp", "createCluster": True, "gcp": {"project": "p"}, "cluster": {"name": "r" * 41}},
+        "ray-history-server:cluster.name is 41 characters: GKE cluster names allow 40",
+    ),
+    (
+        "gke name starting with a digit",
+        {"cloud": "gcp", "createCluster": True, "gcp": {"project": "p"}, "cluster": {"name": "1ray"}},
+        "ray-history-server:cluster.name must start with a letter on GKE",
+    ),
+    (
+        "aks name over 54",
+        {
+            "cloud": "azure",
+            "createCluster": True,
+            "azure": {"location": "westeurope", "storageAccount": "rayhist1"},
+            "cluster": {"name": "r" * 55},
+        },
+        "ray-history-server:cluster.name is 55 characters: AKS uses the name as its DNS prefix",
+    ),
+    (
+        "max below node count",
+        base(cluster={"nodeCount": 4, "maxNodeCount": 2}),
+        "ray-history-server:cluster.maxNodeCount must be at least cluster.nodeCount (4), got 2",
+    ),
+    # #13 item 1: the kubelet identity of an existing AKS cluster must be known to grant AcrPull.
+    (
+        "aks existing cluster building without kubelet id",
+        {
+            "cloud": "azure",
+            "kubeconfig": "k",
+            "azure": {"location": "westeurope", "storageAccount": "rayhist1", "oidcIssuerUrl": "https://i/"},
+        },
+        "ray-history-server:azure.kubeletObjectId is required to build images",
+    ),
+    (
+        "gcp pull members without a stack registry",
+        base(gcp={"project": "p", "imagePullMembers": ["serviceAccount:n@p.iam.gserviceaccount.com"]}),
+        "ray-history-server:gcp.imagePullMembers applies only",
+    ),
+    (
+        "gcp pull member form",
+        base(gcp={"project": "p", "imagePullMembers": ["nodes@p.iam.gserviceaccount.com"]}, images=None),
+        "ray-history-server:gcp.imagePullMembers[0] must be an IAM member",
+    ),
+    # #13 items 4, 11: the server's cache and the names that are cluster- or project-wide.
+    ("cache size", base(historyServer={"cacheSize": "lots"}), "ray-history-server:historyServer.cacheSize must be"),
+    (
+        "cache storage class",
+        base(historyServer={"cacheStorageClass": "Fast SSD"}),
+        "ray-history-server:historyServer.cacheStorageClass must be a StorageClass",
+    ),
+    (
+        "cluster role name",
+        base(historyServer={"clusterRoleName": "Reader"}),
+        "ray-history-server:historyServer.clusterRoleName must be a Kubernetes object name",
+    ),
+    (
+        "helm release name",
+        base(kuberay={"releaseName": "KubeRay"}),
+        "ray-history-server:kuberay.releaseName must be a Kubernetes name",
+    ),
+    ("repository", base(images={"repository": "Ray History"}), "ray-history-server:images.repository must be"),
 ]
 
 
@@ -284,3 +359,22 @@ def test_kubeconfig_path_or_content(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert read_kubeconfig("~/kc") == content
     with pytest.raises(ConfigError, match=r"ray-history-server:kubeconfig: cannot read '.*/missing'"):
         read_kubeconfig(str(tmp_path / "missing"))
+
+
+def test_names_shared_by_stacks_are_configurable() -> None:
+    """Two stacks on one cluster or project set their own names (#13 item 11)."""
+    config = parse_config(
+        base(
+            historyServer={
+                "clusterRoleName": "raycluster-reader-team-b",
+                "cacheSize": "50Gi",
+                "cacheStorageClass": "ssd",
+            },
+            kuberay={"install": False, "releaseName": "kuberay-team-b"},
+            images={"repository": "ray-history-team-b"},
+        )
+    )
+    assert config.history_server.cluster_role_name == "raycluster-reader-team-b"
+    assert (config.history_server.cache_size, config.history_server.cache_storage_class) == ("50Gi", "ssd")
+    assert config.kuberay.release_name == "kuberay-team-b"
+    assert config.images.repository == "ray-history-team-b"

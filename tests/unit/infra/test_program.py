@@ -112,6 +112,37 @@ def run_stack(stack: str) -> StackRun:
     return StackRun(stack, values, mocks, outputs, secret == [True])
 
 
+def deploy_with(values: dict[str, Any]) -> tuple[RecordingMocks, dict[str, Any]]:
+    """Run the program on these stack values under fresh mocks; the mocks and the stack's outputs."""
+    mocks = RecordingMocks.install()
+    pulumi.runtime.set_all_config(engine_config(values))
+    outputs: dict[str, Any] = {}
+
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[None]:
+        return pulumi.Output.from_input(deploy().outputs).apply(outputs.update)
+
+    try:
+        program()
+    finally:
+        pulumi.runtime.set_all_config({})
+    return mocks, outputs
+
+
+def created_cluster_values(stack: str) -> dict[str, Any]:
+    """The example stack with ``createCluster`` instead of an existing cluster."""
+    values = stack_values(stack)
+    for key in ("kubeconfig", "kubeContext"):
+        del values[key]
+    values["createCluster"] = True
+    cloud = {"gke": "gcp", "eks": "aws", "aks": "azure"}[stack]
+    dropped = ("oidcIssuerUrl", "clusterName", "kubeletObjectId")
+    values[cloud] = {k: v for k, v in values[cloud].items() if k not in dropped}
+    if stack == "eks":
+        values[cloud]["subnetIds"] = ["subnet-a", "subnet-b"]
+    return values
+
+
 @pytest.fixture(scope="module", params=STACKS)
 def run(request: pytest.FixtureRequest) -> Iterator[StackRun]:
     yield run_stack(str(request.param))
@@ -353,34 +384,17 @@ def test_kubeconfig_from_a_cluster_stack() -> None:
 
 
 @pytest.mark.parametrize(
-    ("stack", "cluster_type", "extra"),
+    ("stack", "cluster_type"),
     [
-        ("gke", "gcp:container/cluster:Cluster", {}),
-        ("eks", "aws:eks/cluster:Cluster", {"subnetIds": ["subnet-a", "subnet-b"]}),
-        ("aks", "azure-native:containerservice:ManagedCluster", {}),
+        ("gke", "gcp:container/cluster:Cluster"),
+        ("eks", "aws:eks/cluster:Cluster"),
+        ("aks", "azure-native:containerservice:ManagedCluster"),
     ],
 )
-def test_create_cluster_feeds_the_provider_and_the_identities(
-    stack: str, cluster_type: str, extra: dict[str, Any]
-) -> None:
-    values = stack_values(stack)
-    for key in ("kubeconfig", "kubeContext"):
-        del values[key]
-    values["createCluster"] = True
+def test_create_cluster_feeds_the_provider_and_the_identities(stack: str, cluster_type: str) -> None:
+    values = created_cluster_values(stack)
     cloud = {"gke": "gcp", "eks": "aws", "aks": "azure"}[stack]
-    values[cloud] = {k: v for k, v in values[cloud].items() if k not in ("oidcIssuerUrl", "clusterName")} | extra
-    mocks = RecordingMocks.install()
-    pulumi.runtime.set_all_config(engine_config(values))
-    outputs: dict[str, Any] = {}
-
-    @pulumi.runtime.test
-    def program() -> pulumi.Output[None]:
-        return pulumi.Output.from_input(deploy().outputs).apply(outputs.update)
-
-    try:
-        program()
-    finally:
-        pulumi.runtime.set_all_config({})
+    mocks, outputs = deploy_with(values)
     cluster = mocks.one(cluster_type)
     assert cluster.provider_name == {"gke": "gcp", "eks": "aws", "aks": "azure-native"}[stack]
     provider = mocks.one("pulumi:providers:kubernetes")
@@ -411,18 +425,7 @@ def test_without_a_registry_the_stack_creates_the_clouds_one(stack: str, registr
     values = stack_values(stack)
     values["kubeconfig"] = FAKE_KUBECONFIG
     values["images"] = {k: v for k, v in values.get("images", {}).items() if k != "registry"} | {"build": True}
-    mocks = RecordingMocks.install()
-    pulumi.runtime.set_all_config(engine_config(values))
-    outputs: dict[str, Any] = {}
-
-    @pulumi.runtime.test
-    def program() -> pulumi.Output[None]:
-        return pulumi.Output.from_input(deploy().outputs).apply(outputs.update)
-
-    try:
-        program()
-    finally:
-        pulumi.runtime.set_all_config({})
+    mocks, outputs = deploy_with(values)
     assert mocks.of_type(registry_type), f"no {registry_type}"
     built = mocks.of_type("docker-build:index:Image")
     assert len(built) == 2 and all(r.inputs.get("push") for r in built)

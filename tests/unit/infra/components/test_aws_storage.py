@@ -72,7 +72,102 @@ def test_bucket_is_owner_enforced_private_encrypted_and_expires(mocks: Recording
         assert rules["expire-history"]["expiration"] == {"days": 14}
         assert rules["expire-history"]["filter"] == {"prefix": "prod/"}
         assert rules["abort-incomplete-uploads"]["abortIncompleteMultipartUpload"] == {"daysAfterInitiation": 2}
-        assert not mocks.of_type("aws:s3/bucketPolicy:BucketPolicy")  # nothing can open the bucket up
+        # The only bucket policy denies; nothing can open the bucket up.
+        [policy] = [json.loads(r.inputs["policy"]) for r in mocks.of_type("aws:s3/bucketPolicy:BucketPolicy")]
+        assert all(statement["Effect"] == "Deny" for statement in policy["Statement"])
+
+    return _done(storage).apply(check)
+
+
+@settled
+def test_bucket_denies_requests_without_tls(mocks: RecordingMocks) -> pulumi.Output[None]:
+    """A bucket policy denies every request whose ``aws:SecureTransport`` is false.
+
+    AWS: "Security best practices for Amazon S3" -- enforce encryption of data in transit
+    with a bucket policy denying ``s3:*`` when ``aws:SecureTransport`` is false
+    (https://docs.aws.amazon.com/AmazonS3/latest/userguide/security-best-practices.html).
+    """
+    storage = _storage()
+    arn = "arn:aws:s3:::ray-history-demo"
+
+    def check(_: object) -> None:
+        [statement] = json.loads(mocks.one("aws:s3/bucketPolicy:BucketPolicy").inputs["policy"])["Statement"]
+        assert statement["Effect"] == "Deny"
+        assert statement["Principal"] == "*"
+        assert statement["Action"] == "s3:*"
+        assert statement["Resource"] == [arn, f"{arn}/*"]
+        assert statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+
+    return _done(storage).apply(check)
+
+
+@settled
+def test_bucket_settings_are_applied_one_after_the_other(mocks: RecordingMocks) -> pulumi.Output[None]:
+    """Each bucket configuration waits for the previous one.
+
+    AWS: concurrent configuration writes on one bucket fail with 409 ``OperationAborted``,
+    "A conflicting conditional operation is currently in progress against this resource.
+    Please try again." (https://docs.aws.amazon.com/AmazonS3/latest/API/ErrorResponses.html).
+    """
+    storage = _storage()
+    chain = [
+        ("aws:s3/bucketOwnershipControls:BucketOwnershipControls", "history-bucket"),
+        ("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock", "history-ownership"),
+        (
+            "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
+            "history-public-access",
+        ),
+        ("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration", "history-encryption"),
+        ("aws:s3/bucketPolicy:BucketPolicy", "history-lifecycle"),
+    ]
+
+    def check(_: object) -> None:
+        for typ, previous in chain:
+            resource = mocks.one(typ)
+            assert resource.depends_on(previous), (resource.name, resource.dependency_names())
+
+    return _done(storage).apply(check)
+
+
+@settled
+def test_roles_reach_only_the_root_prefix(mocks: RecordingMocks) -> pulumi.Output[None]:
+    """With ``root_dir``, objects are reachable only under it and listing needs an ``s3:prefix`` inside it.
+
+    AWS: "Amazon S3 condition key examples" -- limit ``s3:ListBucket`` to a folder with the
+    ``s3:prefix`` condition key (https://docs.aws.amazon.com/AmazonS3/latest/userguide/amazon-s3-policy-keys.html).
+    """
+    storage = _storage(root_dir="/prod/")
+    arn = "arn:aws:s3:::ray-history-demo"
+
+    def check(_: object) -> None:
+        for role in ("history-server", "history-writer"):
+            statements = {s["Sid"]: s for s in _policy(mocks, role)["Statement"]}
+            listing = statements["ListHistoryBucket"]
+            assert listing["Resource"] == arn
+            assert listing["Condition"] == {"StringLike": {"s3:prefix": ["prod/", "prod/*"]}}
+            objects = [s for sid, s in statements.items() if sid != "ListHistoryBucket"]
+            assert [s["Resource"] for s in objects] == [f"{arn}/prod/*"]
+
+    return _done(storage).apply(check)
+
+
+@settled
+def test_kms_key_is_usable_by_both_roles(mocks: RecordingMocks) -> pulumi.Output[None]:
+    """With SSE-KMS, the writer may GenerateDataKey + Decrypt and the server may Decrypt on the key.
+
+    AWS: "Using server-side encryption with AWS KMS keys (SSE-KMS)" -- uploading needs
+    ``kms:GenerateDataKey``, downloading ``kms:Decrypt``, multipart uploads both
+    (https://docs.aws.amazon.com/AmazonS3/latest/userguide/UsingKMSEncryption.html#require-sse-kms).
+    Without them every read and write of the collector and the server fails with 403.
+    """
+    key = "arn:aws:kms:us-east-1:123456789012:key/abc"
+    storage = _storage(kms_key_arn=key)
+
+    def check(_: object) -> None:
+        expected = {"history-server": ["kms:Decrypt"], "history-writer": ["kms:Decrypt", "kms:GenerateDataKey"]}
+        for role, actions in expected.items():
+            [statement] = [s for s in _policy(mocks, role)["Statement"] if s["Resource"] == key]
+            assert sorted(statement["Action"]) == actions
 
     return _done(storage).apply(check)
 

@@ -111,7 +111,7 @@ def test_eks_oidc_provider_pod_identity_addon_and_kubeconfig(mocks: RecordingMoc
             "eks",
             "get-token",
             "--cluster-name",
-            "eks-cluster",
+            "eks",
             "--region",
             "us-east-1",
             "--output",
@@ -151,8 +151,118 @@ def test_aks_oidc_issuer_workload_identity_and_kubeconfig(mocks: RecordingMocks)
         (lambda: EksClusterArgs(subnet_ids=["a", "b"], desired_size=9), "EksClusterArgs.desired_size=9"),
         (lambda: GkeClusterArgs(project="", location="x"), "GkeClusterArgs.project"),
         (lambda: AksClusterArgs(resource_group_name="rg", node_count=0), "AksClusterArgs.node_count=0"),
+        (lambda: GkeClusterArgs(project="p", location="l", cluster_name="a" * 41), "GkeClusterArgs.cluster_name"),
+        (lambda: GkeClusterArgs(project="p", location="l", cluster_name="1ray"), "GkeClusterArgs.cluster_name"),
+        (lambda: EksClusterArgs(subnet_ids=["a", "b"], cluster_name="a" * 101), "EksClusterArgs.cluster_name"),
+        (lambda: AksClusterArgs(resource_group_name="rg", cluster_name="a" * 55), "AksClusterArgs.cluster_name"),
+        (lambda: GkeClusterArgs(project="p", location="l", node_count=4, max_node_count=3), "max_node_count=3"),
     ],
 )
 def test_bad_args_name_the_field(factory: Any, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         factory()
+
+
+def _kubeconfig_consumer(kubeconfig: pulumi.Output[str]) -> None:
+    """A resource fed by the kubeconfig, as the stack's Kubernetes provider is."""
+    pulumi.CustomResource("test:index:KubeconfigConsumer", "consumer", {"kubeconfig": kubeconfig})
+
+
+@settled
+def test_eks_kubeconfig_waits_for_nodes_and_the_pod_identity_agent(mocks: RecordingMocks) -> pulumi.Output[None]:
+    """Kubernetes resources start only once the node group and the Pod Identity agent are active.
+
+    AWS: pods of a managed node group cluster schedule only on nodes of an ACTIVE node
+    group, and "the EKS Pod Identity Agent must be running on the nodes" for any pod to get
+    credentials (https://docs.aws.amazon.com/eks/latest/userguide/pod-id-agent-setup.html).
+    Without the wait, the KubeRay Helm release (atomic, 600 s) times out on a cluster with no nodes.
+    """
+    eks = EksCluster("eks", EksClusterArgs(subnet_ids=["subnet-a", "subnet-b"], cluster_name="ray-prod"))
+    _kubeconfig_consumer(eks.kubeconfig)
+
+    def check(_: str) -> None:
+        consumer = mocks.named("consumer")
+        assert consumer.depends_on("eks-nodes"), consumer.dependency_names()
+        assert consumer.depends_on("eks-pod-identity-agent"), consumer.dependency_names()
+        assert mocks.one("aws:eks/cluster:Cluster").inputs["name"] == "ray-prod"
+
+    return eks.kubeconfig.apply(check)
+
+
+@settled
+def test_gke_nodes_run_as_a_least_privilege_service_account(mocks: RecordingMocks) -> pulumi.Output[None]:
+    """Nodes use a service account made for them with ``roles/container.defaultNodeServiceAccount``.
+
+    GKE: "Use least privilege IAM service accounts" -- the default Compute Engine account
+    lacks the permissions nodes need where the organisation policy
+    ``iam.automaticIamGrantsForDefaultServiceAccounts`` is enforced; create a custom node
+    service account with the Kubernetes Engine Default Node Service Account role
+    (https://cloud.google.com/kubernetes-engine/docs/how-to/hardening-your-cluster#use_least_privilege_sa).
+    """
+    gke = GkeCluster("gke", GkeClusterArgs(project="demo-proj", location="us-central1-a", autopilot=False))
+
+    def check(_: str) -> None:
+        account = mocks.one("gcp:serviceaccount/account:Account").inputs
+        assert account["accountId"] == "gke-nodes"
+        role = mocks.one("gcp:projects/iAMMember:IAMMember")
+        assert role.inputs["role"] == "roles/container.defaultNodeServiceAccount"
+        email = "gke-nodes@demo-proj.iam.gserviceaccount.com"
+        pool = mocks.one("gcp:container/nodePool:NodePool")
+        assert pool.inputs["nodeConfig"]["serviceAccount"] == email
+        cluster = mocks.one("gcp:container/cluster:Cluster")
+        assert cluster.inputs["nodeConfig"]["serviceAccount"] == email
+        assert cluster.depends_on("gke-nodes-role"), cluster.dependency_names()
+
+    return gke.kubeconfig.apply(check)
+
+
+@settled
+def test_gke_autopilot_nodes_use_the_node_service_account(mocks: RecordingMocks) -> pulumi.Output[None]:
+    """Autopilot nodes take their service account from the cluster's auto-provisioning defaults
+    (https://cloud.google.com/kubernetes-engine/docs/how-to/hardening-your-cluster#use_least_privilege_sa)."""
+    gke = GkeCluster("gke", GkeClusterArgs(project="demo-proj", location="us-central1", cluster_name="ray"))
+
+    def check(_: str) -> None:
+        cluster = mocks.one("gcp:container/cluster:Cluster").inputs
+        defaults = cluster["clusterAutoscaling"]["autoProvisioningDefaults"]
+        assert defaults["serviceAccount"] == "ray-nodes@demo-proj.iam.gserviceaccount.com"
+        assert cluster["name"] == "ray"
+
+    return gke.kubeconfig.apply(check)
+
+
+@settled
+def test_gke_regional_pool_sizes_the_total_not_each_zone(mocks: RecordingMocks) -> pulumi.Output[None]:
+    """A regional pool's ``node_count`` is per zone (3 zones: 3x the nodes); the total is bounded instead.
+
+    GKE: "node_count ... per zone" for regional clusters, and ``total_min_node_count`` /
+    ``total_max_node_count`` bound the whole pool
+    (https://cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler#minimum_and_maximum_node_pool_size).
+    """
+    gke = GkeCluster("gke", GkeClusterArgs(project="demo-proj", location="us-central1", autopilot=False, node_count=2))
+
+    def check(_: str) -> None:
+        pool = mocks.one("gcp:container/nodePool:NodePool").inputs
+        assert "nodeCount" not in pool
+        assert pool["initialNodeCount"] == 1
+        assert pool["autoscaling"] == {
+            "totalMinNodeCount": 2,
+            "totalMaxNodeCount": 3,
+            "locationPolicy": "BALANCED",
+        }
+
+    return gke.kubeconfig.apply(check)
+
+
+@settled
+def test_gke_zonal_pool_keeps_an_exact_node_count(mocks: RecordingMocks) -> pulumi.Output[None]:
+    gke = GkeCluster(
+        "gke", GkeClusterArgs(project="demo-proj", location="us-central1-b", autopilot=False, node_count=2)
+    )
+
+    def check(_: str) -> None:
+        pool = mocks.one("gcp:container/nodePool:NodePool").inputs
+        assert pool["nodeCount"] == 2
+        assert "autoscaling" not in pool
+
+    return gke.kubeconfig.apply(check)

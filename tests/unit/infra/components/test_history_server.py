@@ -16,6 +16,7 @@ from infra.components.history_server import (
     HistoryServerArgs,
     HistoryServerIngress,
     HistoryServerK8s,
+    quantity_bytes,
 )
 from runtime.server.cli import build_parser
 from tests.unit.infra.mocks import RecordedResource, RecordingMocks
@@ -124,9 +125,10 @@ def test_every_object_is_schema_valid_and_wired() -> None:
     assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readz"
     assert container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"] >= 120
+    # 10Gi cache + 1Gi /tmp + 512Mi for logs and the writable layer.
     assert container["resources"] == {
-        "requests": {"cpu": "1", "memory": "1Gi"},
-        "limits": {"cpu": "2", "memory": "2Gi"},
+        "requests": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "11776Mi"},
+        "limits": {"cpu": "2", "memory": "2Gi", "ephemeral-storage": "11776Mi"},
     }
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v["emptyDir"] for v in spec["volumes"]}
@@ -159,8 +161,8 @@ def test_server_args_are_accepted_by_the_real_historyserver_parser() -> None:
     assert parsed.port == 8080
     assert parsed.cache_dir == CACHE_DIR
     assert parsed.dashboard_dir == local_build
-    # 80 % of the 20Gi emptyDir, so the kubelet never evicts the pod for the cache.
-    assert parsed.cache_max_size == int(20 * 2**30 * 0.8) // 2**20 * 2**20
+    # 80 % of the 8Gi emptyDir, so the kubelet never evicts the pod for the cache.
+    assert parsed.cache_max_size == int(8 * 2**30 * 0.8) // 2**20 * 2**20
     assert parsed.log_format == "json"
 
 
@@ -192,3 +194,79 @@ def test_unknown_backend_is_refused() -> None:
     wiring = StorageWiring(backend="ftp", bucket="b", env={}, server=IdentityWiring())
     with pytest.raises(ValueError, match=r"wiring\.backend"):
         HistoryServerArgs(image="img:1", wiring=wiring).validate()
+
+
+def _quantity(text: str) -> int:
+    return quantity_bytes(text, "test")
+
+
+def _pod(args: HistoryServerArgs) -> dict[str, Any]:
+    spec: dict[str, Any] = _by_kind(_deploy(args))["Deployment"]["spec"]["template"]["spec"]
+    return spec
+
+
+def test_local_volumes_are_requested_as_ephemeral_storage_within_autopilot_limits() -> None:
+    """Every emptyDir the pod writes is requested (and limited) as ``ephemeral-storage``,
+    and the default fits one GKE Autopilot pod.
+
+    GKE: "Resource requests in Autopilot" -- Autopilot applies a small default
+    ephemeral-storage request to pods that set none and evicts a pod that writes past it;
+    the maximum per pod is 10 GiB on the general-purpose class
+    (https://cloud.google.com/kubernetes-engine/docs/concepts/autopilot-resource-requests).
+    Kubernetes: a pod whose emptyDir usage exceeds its ephemeral-storage limit is evicted
+    (https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/#local-ephemeral-storage).
+    """
+    spec = _pod(_args())
+    (container,) = spec["containers"]
+    request = _quantity(container["resources"]["requests"]["ephemeral-storage"])
+    assert (
+        container["resources"]["limits"]["ephemeral-storage"] == container["resources"]["requests"]["ephemeral-storage"]
+    )
+    disk_volumes = [v["emptyDir"] for v in spec["volumes"] if "emptyDir" in v and "medium" not in v["emptyDir"]]
+    local = sum(_quantity(volume["sizeLimit"]) for volume in disk_volumes)
+    assert request >= local
+    assert request <= 10 * 2**30  # Autopilot's per-pod maximum
+
+
+def test_cache_storage_class_puts_the_cache_on_a_generic_ephemeral_volume() -> None:
+    """With a StorageClass the cache is a PVC made and deleted with the pod, outside ephemeral storage.
+
+    GKE recommends generic ephemeral volumes for scratch space beyond Autopilot's ephemeral
+    storage maximum (https://cloud.google.com/kubernetes-engine/docs/how-to/generic-ephemeral-volumes).
+    """
+    spec = _pod(_args(cache_size_limit="100Gi", cache_storage_class="standard-rwo"))
+    (cache,) = [v for v in spec["volumes"] if v["name"] == "cache"]
+    claim = cache["ephemeral"]["volumeClaimTemplate"]["spec"]
+    assert claim == {
+        "accessModes": ["ReadWriteOnce"],
+        "storageClassName": "standard-rwo",
+        "resources": {"requests": {"storage": "100Gi"}},
+    }
+    (container,) = spec["containers"]
+    assert _quantity(container["resources"]["requests"]["ephemeral-storage"]) < 2 * 2**30  # /tmp and logs only
+    assert "--cache-max-size=81920Mi" in container["args"]
+
+
+def test_deployment_waits_for_the_server_identity() -> None:
+    """The Deployment depends on what makes the server's credentials work (``IdentityWiring.ready``).
+
+    AWS: the EKS Pod Identity webhook mutates only pods created after the association
+    exists; "existing pods must be restarted" (https://docs.aws.amazon.com/eks/latest/userguide/pod-id-association.html).
+    Azure: the workload identity webhook likewise acts at pod admission
+    (https://azure.github.io/azure-workload-identity/docs/topics/service-account-labels-and-annotations.html).
+    """
+    mocks = RecordingMocks.install()
+    names: list[str] = []
+
+    @pulumi.runtime.test
+    def run() -> pulumi.Output[None]:
+        grant = pulumi.CustomResource("test:index:Grant", "server-grant", {})
+        wiring = StorageWiring(
+            backend="s3", bucket="b", env={"STORAGE_BACKEND": "s3"}, server=IdentityWiring(ready=[grant])
+        )
+        server = HistoryServerK8s("history", HistoryServerArgs(image="i:1", wiring=wiring))
+        return server.deployment.urn.apply(lambda _: names.append("done"))
+
+    run()
+    deployment = mocks.one("kubernetes:apps/v1:Deployment")
+    assert deployment.depends_on("server-grant"), deployment.dependency_names()

@@ -12,7 +12,17 @@ import pulumi_gcp as gcp
 import pytest
 
 from infra.components.images import REPOSITORY_ROOT, HistoryImages, HistoryImagesArgs
-from tests.unit.infra.mocks import AWS_ACCOUNT, AWS_REGION, AZURE_SUBSCRIPTION, RecordingMocks, settled
+from tests.unit.infra.conftest import EXCHANGES, MOCK_ACR_REFRESH_TOKEN
+from tests.unit.infra.mocks import (
+    AWS_ACCOUNT,
+    AWS_REGION,
+    AZURE_SUBSCRIPTION,
+    AZURE_TENANT,
+    RecordingMocks,
+    _default_calls,
+    is_secret,
+    settled,
+)
 
 
 @pytest.fixture
@@ -52,11 +62,16 @@ def test_gcp_artifact_registry(mocks: RecordingMocks) -> pulumi.Output[None]:
 
     def check(refs: list[str]) -> None:
         repo = mocks.one("gcp:artifactregistry/repository:Repository").inputs
-        assert (repo["format"], repo["location"], repo["repositoryId"]) == ("DOCKER", "europe-west1", "ray-history")
+        # Stack-scoped (the mocks' stack is "test"): two stacks in one project never share it.
+        assert (repo["format"], repo["location"], repo["repositoryId"]) == (
+            "DOCKER",
+            "europe-west1",
+            "ray-history-test",
+        )
         builds = _builds(mocks)
         for image, ref in zip(("collector", "server"), refs, strict=True):
             _assert_build_inputs(builds[image], image)
-            assert builds[image]["tags"] == [f"europe-west1-docker.pkg.dev/demo-proj/ray-history/{image}:0.1.0"]
+            assert builds[image]["tags"] == [f"europe-west1-docker.pkg.dev/demo-proj/ray-history-test/{image}:0.1.0"]
             assert builds[image]["registries"] == [
                 {
                     "address": "europe-west1-docker.pkg.dev",
@@ -65,7 +80,7 @@ def test_gcp_artifact_registry(mocks: RecordingMocks) -> pulumi.Output[None]:
                 }
             ]
             assert re.fullmatch(
-                rf"europe-west1-docker\.pkg\.dev/demo-proj/ray-history/{image}:0\.1\.0@sha256:[0-9a-f]{{64}}", ref
+                rf"europe-west1-docker\.pkg\.dev/demo-proj/ray-history-test/{image}:0\.1\.0@sha256:[0-9a-f]{{64}}", ref
             )
         reader = mocks.one("gcp:artifactregistry/repositoryIamMember:RepositoryIamMember").inputs
         assert reader["role"] == "roles/artifactregistry.reader"
@@ -82,15 +97,15 @@ def test_aws_ecr(mocks: RecordingMocks) -> pulumi.Output[None]:
 
     def check(refs: list[str]) -> None:
         names = sorted(r.inputs["name"] for r in mocks.of_type("aws:ecr/repository:Repository"))
-        assert names == ["ray-history/collector", "ray-history/server"]
+        assert names == ["ray-history/test/collector", "ray-history/test/server"]
         builds = _builds(mocks)
         for image, ref in zip(("collector", "server"), refs, strict=True):
             _assert_build_inputs(builds[image], image)
-            assert builds[image]["tags"] == [f"{host}/ray-history/{image}:latest"]
+            assert builds[image]["tags"] == [f"{host}/ray-history/test/{image}:latest"]
             assert builds[image]["registries"] == [
                 {"address": host, "username": "AWS", "password": "ecr-mock-password"}
             ]
-            assert ref.startswith(f"{host}/ray-history/{image}:latest@sha256:")
+            assert ref.startswith(f"{host}/ray-history/test/{image}:latest@sha256:")
         mocks.assert_all_use_provider("aws", "aws-explicit")
 
     return _refs(images).apply(check)
@@ -112,26 +127,87 @@ def test_azure_acr_with_pull_grant(mocks: RecordingMocks) -> pulumi.Output[None]
 
     def check(refs: list[str]) -> None:
         registry = mocks.one("azure-native:containerregistry:Registry").inputs
-        assert registry["adminUserEnabled"] is True
+        assert registry["adminUserEnabled"] is False
         assert registry["sku"] == {"name": "Basic"}
         builds = _builds(mocks)
         for image in ("collector", "server"):
             _assert_build_inputs(builds[image], image)
-            assert builds[image]["tags"] == [f"rayhistoryacr.azurecr.io/ray-history/{image}:latest"]
+            assert builds[image]["tags"] == [f"rayhistoryacr.azurecr.io/ray-history-test/{image}:latest"]
             assert builds[image]["registries"] == [
-                {"address": "rayhistoryacr.azurecr.io", "username": "rayhistoryacr", "password": "acr-mock-password"}
+                {
+                    "address": "rayhistoryacr.azurecr.io",
+                    "username": "00000000-0000-0000-0000-000000000000",
+                    "password": MOCK_ACR_REFRESH_TOKEN,
+                }
             ]
-        pull = mocks.one("azure-native:authorization:RoleAssignment")
+        assignments = {r.name: r for r in mocks.of_type("azure-native:authorization:RoleAssignment")}
+        role_path = f"/subscriptions/{AZURE_SUBSCRIPTION}/providers/Microsoft.Authorization/roleDefinitions/"
+        pull = assignments["img-acr-pull"]
         assert pull.inputs["principalId"] == "kubelet-object-id"
-        assert pull.inputs["roleDefinitionId"] == (
-            f"/subscriptions/{AZURE_SUBSCRIPTION}/providers/Microsoft.Authorization/roleDefinitions/"
-            "7f951dda-4ed3-4680-a7ca-43fe172d538d"
-        )
+        assert pull.inputs["roleDefinitionId"] == role_path + "7f951dda-4ed3-4680-a7ca-43fe172d538d"
         assert pull.inputs["scope"] == mocks.one("azure-native:containerregistry:Registry").resource_id
-        assert all(ref.startswith("rayhistoryacr.azurecr.io/ray-history/") for ref in refs)
+        assert all(ref.startswith("rayhistoryacr.azurecr.io/ray-history-test/") for ref in refs)
         mocks.assert_all_use_provider("azure-native", "azure-explicit")
 
     return _refs(images).apply(check)
+
+
+@settled
+def test_azure_acr_pushes_with_the_deployers_entra_token_not_an_admin_password(
+    mocks: RecordingMocks,
+) -> pulumi.Output[None]:
+    """ACR's admin user stays off; ``pulumi up`` pushes with its own Entra token exchanged for an
+    ACR refresh token, kept secret, and the deployer gets AcrPush on the registry.
+
+    Azure: "the admin account is designed for a single user ... we recommend disabling it";
+    individual Entra identities log in with a token exchanged at ``/oauth2/exchange``, user
+    ``00000000-0000-0000-0000-000000000000`` (https://learn.microsoft.com/azure/container-registry/
+    container-registry-authentication#admin-account, https://github.com/Azure/acr/blob/main/docs/AAD-OAuth.md).
+    """
+    EXCHANGES.clear()
+    images = HistoryImages(
+        "img",
+        HistoryImagesArgs(
+            registry="azure",
+            azure_resource_group_name="rg",
+            azure_registry_name="rayhistoryacr",
+            azure_pull_principal_id="kubelet-object-id",
+        ),
+    )
+
+    def check(_: list[str]) -> None:
+        assert not [token for token, _, _ in mocks.calls if token.endswith("listRegistryCredentials")]
+        assert EXCHANGES == [("rayhistoryacr.azurecr.io", AZURE_TENANT, "arm-mock-token")]
+        push = {r.name: r for r in mocks.of_type("azure-native:authorization:RoleAssignment")}["img-acr-push"]
+        assert push.inputs["principalId"] == _deployer_object_id()
+        assert push.inputs["roleDefinitionId"].endswith("/8311e382-0749-4cb8-b61a-304f252e45ec")
+        for build in mocks.of_type("docker-build:index:Image"):
+            assert build.raw_inputs is not None
+            registries = build.raw_inputs["registries"]
+            assert is_secret(registries) or is_secret(registries[0]["password"])
+            assert build.depends_on("img-acr-push"), build.dependency_names()
+
+    return _refs(images).apply(check)
+
+
+@settled
+def test_gcp_push_token_is_a_secret(mocks: RecordingMocks) -> pulumi.Output[None]:
+    """The Google access token handed to BuildKit is a Pulumi secret, never plain state."""
+    images = HistoryImages(
+        "img", HistoryImagesArgs(registry="gcp", gcp_project="demo-proj", gcp_location="europe-west1")
+    )
+
+    def check(_: list[str]) -> None:
+        for build in mocks.of_type("docker-build:index:Image"):
+            assert build.raw_inputs is not None
+            registries = build.raw_inputs["registries"]
+            assert is_secret(registries) or is_secret(registries[0]["password"])
+
+    return _refs(images).apply(check)
+
+
+def _deployer_object_id() -> str:
+    return str(_default_calls()["azure-native:authorization:getClientConfig"]({})["objectId"])
 
 
 @settled
@@ -170,6 +246,10 @@ def test_prebuilt_references_skip_the_build(mocks: RecordingMocks) -> pulumi.Out
         ({"collector_image": "x:1"}, "HistoryImagesArgs.collector_image and .server_image"),
         ({"registry": "gcp"}, "HistoryImagesArgs.gcp_project and .gcp_location"),
         ({"registry": "azure"}, "HistoryImagesArgs.azure_resource_group_name"),
+        (
+            {"registry": "azure", "azure_resource_group_name": "rg", "azure_registry_name": "acr1"},
+            "HistoryImagesArgs.azure_pull_principal_id is required",
+        ),
         ({"registry": "none"}, "HistoryImagesArgs.existing_registry"),
     ],
 )

@@ -1,0 +1,196 @@
+"""Issue #13: what a first ``pulumi up`` on each cloud would hit, encoded as the program's wiring.
+
+Nothing here can run a real cloud, so each test states the cloud's documented behaviour in
+its docstring (with the source) and checks the resource, input or dependency that meets it.
+Dependencies are the URNs the engine was told (``RecordedResource.dependencies``): explicit
+``depends_on`` plus every resource an input came from.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from infra.components.gcp_services import REQUIRED_SERVICES
+from tests.unit.infra.mocks import FAKE_KUBECONFIG, RecordedResource, RecordingMocks
+from tests.unit.infra.test_config import stack_values
+from tests.unit.infra.test_program import created_cluster_values, deploy_with
+
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+
+
+def _existing(stack: str) -> dict[str, Any]:
+    values = stack_values(stack)
+    values["kubeconfig"] = FAKE_KUBECONFIG
+    return values
+
+
+def _deployment(mocks: RecordingMocks) -> RecordedResource:
+    return mocks.one(DEPLOYMENT)
+
+
+def test_aks_kubelet_identity_gets_acr_pull_on_the_stacks_registry() -> None:
+    """The AKS kubelet identity gets AcrPull on the registry the stack creates, and the server waits for it.
+
+    Azure: "AKS uses the kubelet managed identity to pull images from ACR; assign it the
+    AcrPull role" (https://learn.microsoft.com/azure/aks/cluster-container-registry-integration).
+    Without it the default AKS stack ends in ImagePullBackOff and the Deployment's await fails.
+    """
+    values = _existing("aks")
+    mocks, _ = deploy_with(values)
+    pulls = [r for r in mocks.of_type("azure-native:authorization:RoleAssignment") if r.name.endswith("acr-pull")]
+    assert [r.inputs["principalId"] for r in pulls] == [values["azure"]["kubeletObjectId"]]
+    assert pulls[0].inputs["roleDefinitionId"].endswith("/7f951dda-4ed3-4680-a7ca-43fe172d538d")
+    assert _deployment(mocks).depends_on(pulls[0].name)
+
+
+def test_created_aks_cluster_passes_its_kubelet_identity() -> None:
+    """A created AKS cluster's own kubelet identity is the one granted AcrPull (same doc as above)."""
+    mocks, _ = deploy_with(created_cluster_values("aks"))
+    cluster = mocks.one("azure-native:containerservice:ManagedCluster")
+    kubelet = cluster.state["identityProfile"]["kubeletidentity"]["objectId"]
+    pulls = [r for r in mocks.of_type("azure-native:authorization:RoleAssignment") if r.name.endswith("acr-pull")]
+    assert [r.inputs["principalId"] for r in pulls] == [kubelet]
+
+
+def test_gke_workload_identity_grants_wait_for_the_cluster_and_its_nodes() -> None:
+    """``principal://...workloadIdentityPools/PROJECT.svc.id.goog/...`` grants are made after the cluster and node pool.
+
+    GCP: the ``PROJECT.svc.id.goog`` pool is created with the project's first Workload Identity
+    cluster; until then IAM rejects a principal naming it ("Identity Pool does not exist")
+    (https://cloud.google.com/kubernetes-engine/docs/how-to/workload-identity#enable_on_clusters_and_node_pools).
+    """
+    values = created_cluster_values("gke")
+    values["cluster"] = {"name": "ray-history", "machineType": "e2-standard-4"}
+    mocks, _ = deploy_with(values)
+    grants = mocks.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+    assert grants
+    for grant in grants:
+        assert grant.depends_on("ray-history-cluster"), (grant.name, grant.dependency_names())
+        assert grant.depends_on("ray-history-nodes"), (grant.name, grant.dependency_names())
+
+
+@pytest.mark.parametrize(
+    ("stack", "identity_types"),
+    [
+        ("eks", {"aws:eks/podIdentityAssociation:PodIdentityAssociation", "aws:iam/rolePolicy:RolePolicy"}),
+        (
+            "aks",
+            {
+                "azure-native:managedidentity:FederatedIdentityCredential",
+                "azure-native:authorization:RoleAssignment",
+            },
+        ),
+        ("gke", {"gcp:storage/bucketIAMMember:BucketIAMMember"}),
+    ],
+)
+def test_pods_start_only_after_their_identity_exists(stack: str, identity_types: set[str]) -> None:
+    """The server Deployment and the writer ServiceAccounts depend on their own identity resources.
+
+    AWS: the Pod Identity webhook injects credentials at pod admission; pods created before
+    the association "must be restarted" (https://docs.aws.amazon.com/eks/latest/userguide/pod-id-association.html).
+    Azure: the workload identity webhook mutates pods at admission
+    (https://azure.github.io/azure-workload-identity/docs/topics/service-account-labels-and-annotations.html).
+    GCP: IAM grants take effect only once they exist; a pod reading before gets 403s.
+    """
+    mocks, _ = deploy_with(_existing(stack))
+    server_deps = _deployment(mocks).dependency_names()
+    for typ in identity_types:
+        for_server = [r.name for r in mocks.of_type(typ) if "server" in r.name]
+        assert for_server and set(for_server) <= server_deps, (typ, for_server, server_deps)
+    writer_account = next(
+        r
+        for r in mocks.of_type("kubernetes:core/v1:ServiceAccount")
+        if r.inputs["metadata"]["name"] == "ray-history-collector"
+    )
+    writer_identity = {r.name for typ in identity_types for r in mocks.of_type(typ) if "writer" in r.name}
+    assert writer_identity and writer_identity <= writer_account.dependency_names()
+
+
+def test_gke_cluster_cache_fits_autopilot_ephemeral_storage() -> None:
+    """The default stack's server requests its cache as ephemeral storage, within Autopilot's 10Gi per pod
+    (https://cloud.google.com/kubernetes-engine/docs/concepts/autopilot-resource-requests)."""
+    mocks, _ = deploy_with(created_cluster_values("gke"))
+    container = _deployment(mocks).inputs["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["requests"]["ephemeral-storage"] == "9728Mi"
+
+
+def test_gke_cache_storage_class_gives_a_generic_ephemeral_volume() -> None:
+    values = created_cluster_values("gke")
+    values["historyServer"] = {"cacheSize": "100Gi", "cacheStorageClass": "standard-rwo"}
+    mocks, _ = deploy_with(values)
+    volumes = {v["name"]: v for v in _deployment(mocks).inputs["spec"]["template"]["spec"]["volumes"]}
+    claim = volumes["cache"]["ephemeral"]["volumeClaimTemplate"]["spec"]
+    assert claim["storageClassName"] == "standard-rwo"
+    assert claim["resources"] == {"requests": {"storage": "100Gi"}}
+
+
+def test_gke_created_cluster_nodes_pull_with_their_own_service_account() -> None:
+    """The created cluster's node service account reads the stack's Artifact Registry repository.
+
+    GCP: in organisations enforcing ``iam.automaticIamGrantsForDefaultServiceAccounts`` the
+    default compute account has no Editor role and cannot pull from Artifact Registry; grant
+    ``roles/artifactregistry.reader`` on the repository to the nodes' account
+    (https://cloud.google.com/artifact-registry/docs/integrate-gke#permissions).
+    """
+    mocks, _ = deploy_with(created_cluster_values("gke"))
+    account = mocks.one("gcp:serviceaccount/account:Account").state
+    readers = mocks.of_type("gcp:artifactregistry/repositoryIamMember:RepositoryIamMember")
+    assert [(r.inputs["role"], r.inputs["member"]) for r in readers] == [
+        ("roles/artifactregistry.reader", f"serviceAccount:{account['email']}")
+    ]
+
+
+def test_gke_existing_cluster_pull_members_are_granted() -> None:
+    """For an existing cluster, ``gcp.imagePullMembers`` names the principals that read the repository."""
+    values = _existing("gke")
+    member = "serviceAccount:gke-nodes@my-gcp-project.iam.gserviceaccount.com"
+    values["gcp"] = {**values["gcp"], "imagePullMembers": [member]}
+    mocks, _ = deploy_with(values)
+    readers = mocks.of_type("gcp:artifactregistry/repositoryIamMember:RepositoryIamMember")
+    assert [r.inputs["member"] for r in readers] == [member]
+
+
+def test_eks_kubernetes_resources_wait_for_nodes_and_the_pod_identity_agent() -> None:
+    """The Kubernetes provider (and so the Helm release and the server) waits for the node group and the agent.
+
+    AWS: a managed node group must be ACTIVE before pods schedule, and "the EKS Pod Identity
+    Agent must be running" for credentials (https://docs.aws.amazon.com/eks/latest/userguide/pod-id-agent-setup.html);
+    the KubeRay release is atomic with a 600 s wait, which node creation alone can exceed.
+    """
+    mocks, _ = deploy_with(created_cluster_values("eks"))
+    provider = mocks.one("pulumi:providers:kubernetes")
+    assert provider.depends_on("ray-history-nodes"), provider.dependency_names()
+    assert provider.depends_on("ray-history-pod-identity-agent"), provider.dependency_names()
+
+
+def test_gcp_apis_are_enabled_first_and_kept_on_destroy() -> None:
+    """Container, Artifact Registry, Storage, IAM and IAM Credentials APIs are enabled before anything uses them.
+
+    GCP: a new project has these APIs disabled; calls fail with ``SERVICE_DISABLED`` until
+    ``serviceusage`` enables them (https://cloud.google.com/service-usage/docs/enable-disable).
+    """
+    mocks, _ = deploy_with(created_cluster_values("gke"))
+    services = mocks.of_type("gcp:projects/service:Service")
+    assert sorted(s.inputs["service"] for s in services) == sorted(REQUIRED_SERVICES)
+    assert all(s.inputs["disableOnDestroy"] is False for s in services)
+    for component in ("ray-history", "history", "images"):  # cluster, storage, registry components
+        resource = next(r for r in mocks.resources if r.name == component and not r.custom)
+        # A dependency on a component is a dependency on each of its children.
+        assert {s.name for s in services} <= resource.dependency_names(), (component, resource.dependency_names())
+
+
+def test_stack_scoped_names_and_configured_cluster_wide_names() -> None:
+    """Names two stacks could share are stack-scoped by default or set per stack (#13 item 11)."""
+    values = _existing("gke")
+    values["historyServer"] = {"clusterRoleName": "raycluster-reader-team-b"}
+    values["kuberay"] = {**values["kuberay"], "releaseName": "kuberay-team-b"}
+    mocks, _ = deploy_with(values)
+    role = mocks.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole").inputs
+    assert role["metadata"]["name"] == "raycluster-reader-team-b"
+    binding = mocks.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding").inputs
+    assert binding["roleRef"]["name"] == "raycluster-reader-team-b"
+    assert mocks.one("kubernetes:helm.sh/v3:Release").inputs["name"] == "kuberay-team-b"
+    repository = mocks.one("gcp:artifactregistry/repository:Repository").inputs
+    assert repository["repositoryId"] == "ray-history-test"  # the mocks' stack is "test"
