@@ -3,9 +3,14 @@
 Better than the reference in the ways its weaknesses list asks for: every method
 (job stop, package upload, ...) and every path is forwarded, not only the GET
 routes; bodies stream both ways (``stream=True`` + a generator, nothing is
-buffered); log streams have no read timeout; the target comes from the live
-directory, never from a cookie; hop-by-hop headers are dropped in both
-directions; failures are JSON naming the cluster and the URL tried.
+buffered); the target comes from the live directory, never from a cookie;
+hop-by-hop and client-sent forwarding headers are dropped; failures are JSON
+naming the cluster and the URL tried.
+
+Log streams (``/api/v0/logs/stream``, job log tails) wait ``--proxy-timeout`` for
+the upstream's headers like every request, then have no read timeout (a quiet
+log sends nothing for minutes); they are capped per worker and end when their
+client hangs up (:mod:`runtime.server.live.streams`).
 
 Not supported: WebSocket upgrades (gthread workers cannot hold them; Ray's own
 ``--proxy-server-url`` forwards them as plain GETs too).
@@ -17,7 +22,7 @@ import logging
 import re
 import threading
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, Any
 
 import requests
 import urllib3
@@ -27,6 +32,7 @@ from requests.adapters import HTTPAdapter
 from runtime.server.context import Services
 from runtime.server.errors import json_error
 from runtime.server.live.discovery import LiveCluster, LiveDiscoveryError
+from runtime.server.live.streams import DisconnectWatcher, StreamSlots, shutdown_quietly
 from runtime.server.selection import COOKIE_NAMES, Selection
 
 logger = logging.getLogger(__name__)
@@ -52,11 +58,12 @@ REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "expect"}
 FORWARDING = frozenset({"forwarded", "x-real-ip", "x-client-ip", "x-original-forwarded-for"})
 #: Response headers our own server writes (gunicorn always sends Server and Date).
 RESPONSE_DROP = HOP_BY_HOP | {"server", "date"}
-#: Log streams stay open as long as the log grows: no read timeout for them.
+#: Log streams stay open as long as the log grows: no read timeout once headers came.
 STREAM_PATHS = (re.compile(r"^/api/v0/logs/stream/?$"), re.compile(r"^/api/jobs/[^/]+/logs/tail/?$"))
 CHUNK = 64 * 1024
 METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")
 _EXTENSION = "historyserver.proxy"
+_STREAMS_EXTENSION = "historyserver.proxy.streams"
 _session_lock = threading.Lock()
 
 
@@ -83,6 +90,24 @@ def _http_session(app: Flask, pool_size: int) -> requests.Session:
         return session
 
 
+def _stream_bounds(app: Flask, limit: int) -> tuple[StreamSlots, DisconnectWatcher]:
+    found = app.extensions.get(_STREAMS_EXTENSION)
+    if found is None:
+        with _session_lock:
+            found = app.extensions.setdefault(_STREAMS_EXTENSION, (StreamSlots(limit), DisconnectWatcher()))
+    slots, watcher = found
+    return slots, watcher
+
+
+def _client_socket(request: Request) -> Any:
+    """The client's socket under gunicorn or werkzeug (None in tests without one)."""
+    return request.environ.get("gunicorn.socket") or request.environ.get("werkzeug.socket")
+
+
+def _upstream_socket(upstream: requests.Response) -> Any:
+    return getattr(getattr(upstream.raw, "connection", None), "sock", None)
+
+
 def proxy_request(services: Services, selection: Selection, request: Request) -> Response:
     """Forward ``request`` to the live cluster ``selection`` names; stream the answer."""
     metrics = services.metrics.proxied
@@ -105,18 +130,58 @@ def proxy_request(services: Services, selection: Selection, request: Request) ->
 
     target = cluster.base_url + _path_and_query(request)
     streaming = any(p.match(request.path) for p in STREAM_PATHS)
-    timeout = services.config.proxy_timeout
-    connect = min(10.0, timeout)
-    session = _http_session(current_app, services.config.threads)
+    slots: StreamSlots | None = None
+    watcher: DisconnectWatcher | None = None
+    if streaming:
+        slots, watcher = _stream_bounds(current_app, services.config.live_stream_limit)
+        if not slots.try_acquire():
+            metrics.labels("too_many_streams").inc()
+            logger.warning("live cluster %s: refused a log stream, %d already open", label, slots.limit)
+            return json_error(
+                503,
+                f"too many live log streams at once ({slots.limit} per server process, --max-live-streams); "
+                "close one or retry shortly",
+                {"Retry-After": "5"},
+            )
     try:
-        upstream = session.request(
+        upstream = _send(services, request, target, label)
+    except BaseException:
+        if slots is not None:
+            slots.release()
+        raise
+    if isinstance(upstream, Response):  # an error answer
+        if slots is not None:
+            slots.release()
+        return upstream
+
+    metrics.labels("upstream_5xx" if upstream.status_code >= 500 else "forwarded").inc()
+    relay = _Relay(upstream, label, target, services)
+    if streaming and slots is not None and watcher is not None:
+        relay.stream_forever(slots, watcher, _client_socket(request))
+    response = Response(
+        relay, status=upstream.status_code, headers=_downstream_headers(upstream, cluster), direct_passthrough=True
+    )
+    if streaming:
+        response.headers["X-Accel-Buffering"] = "no"  # ask nginx-style ingresses not to buffer
+    return response
+
+
+def _send(services: Services, request: Request, target: str, label: str) -> requests.Response | Response:
+    """The upstream's answer once its headers arrived, or our error answer."""
+    timeout = services.config.proxy_timeout
+    session = _http_session(current_app, services.config.threads)
+    metrics = services.metrics.proxied
+    try:
+        # The read timeout also bounds the wait for the headers: an upstream that
+        # accepts and never answers cannot hold a thread for longer.
+        return session.request(
             request.method,
             target,
             headers=_upstream_headers(request),
             data=_request_body(request),
             stream=True,
             allow_redirects=False,
-            timeout=(connect, None if streaming else timeout),
+            timeout=(min(10.0, timeout), timeout),
         )
     except requests.Timeout as exc:
         metrics.labels("upstream_timeout").inc()
@@ -126,15 +191,6 @@ def proxy_request(services: Services, selection: Selection, request: Request) ->
         metrics.labels("upstream_error").inc()
         logger.warning("live cluster %s: %s %s failed: %s", label, request.method, target, exc)
         return json_error(502, f"live cluster {label}: cannot reach its dashboard at {target}: {_reason(exc)}")
-
-    metrics.labels("upstream_5xx" if upstream.status_code >= 500 else "forwarded").inc()
-    relay = _Relay(upstream, label, target, services)
-    response = Response(
-        relay, status=upstream.status_code, headers=_downstream_headers(upstream, cluster), direct_passthrough=True
-    )
-    if streaming:
-        response.headers["X-Accel-Buffering"] = "no"  # ask nginx-style ingresses not to buffer
-    return response
 
 
 def _path_and_query(request: Request) -> str:
@@ -237,6 +293,25 @@ class _Relay:
     def __init__(self, upstream: requests.Response, label: str, target: str, services: Services) -> None:
         self.upstream, self.label, self.target, self.services = upstream, label, target, services
         self.complete = False
+        self.client_gone = False
+        self._slots: StreamSlots | None = None
+        self._watcher: DisconnectWatcher | None = None
+        self._watch: int | None = None
+        self._sock: Any = None
+
+    def stream_forever(self, slots: StreamSlots, watcher: DisconnectWatcher, client: Any) -> None:
+        """A log stream: no read timeout from now on, the slot is held until
+        :meth:`close`, and the upstream is cut when the client hangs up."""
+        self._slots, self._watcher = slots, watcher
+        self._sock = _upstream_socket(self.upstream)
+        if self._sock is not None:
+            self._sock.settimeout(None)  # a quiet log sends nothing for minutes
+        if client is not None:
+            self._watch = watcher.watch(client, self._client_left)
+
+    def _client_left(self) -> None:
+        self.client_gone = True
+        shutdown_quietly(self._sock)  # the request thread's blocking read returns
 
     def __iter__(self) -> Iterator[bytes]:
         raw = self.upstream.raw
@@ -248,6 +323,9 @@ class _Relay:
                     yield chunk
             self.complete = True
         except (urllib3.exceptions.HTTPError, requests.RequestException, OSError) as exc:
+            if self.client_gone:
+                logger.info("live cluster %s: client left, stream from %s closed", self.label, self.target)
+                return
             self.services.metrics.proxied.labels("stream_error").inc()
             logger.warning("live cluster %s: stream from %s broke off: %s", self.label, self.target, exc)
             # Re-raised so the server aborts the connection: ending normally would
@@ -255,10 +333,16 @@ class _Relay:
             raise
 
     def close(self) -> None:
-        if self.complete:
+        if self._watcher is not None:
+            self._watcher.unwatch(self._watch)  # after this, _client_left has run or never will
+            self._watcher = None
+        if self.complete and not self.client_gone:
             self.upstream.raw.release_conn()
         else:
             self.upstream.close()
+        if self._slots is not None:
+            self._slots.release()
+            self._slots = None
 
 
 def _reason(exc: requests.RequestException) -> str:

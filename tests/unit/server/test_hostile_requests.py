@@ -128,6 +128,12 @@ def test_allowed_hosts_flag_and_env(store_args: list[str]) -> None:
     assert "*.svc.k8s.internal" in domain
 
 
+def test_max_live_streams_flag(store_args: list[str]) -> None:
+    assert load_config(store_args, env={}).live_stream_limit == 4  # half of the 8 threads
+    assert load_config([*store_args, "--threads=1"], env={}).live_stream_limit == 1
+    assert load_config([*store_args, "--max-live-streams=3"], env={}).live_stream_limit == 3
+
+
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [
