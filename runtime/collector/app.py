@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from runtime.collector.config import CollectorConfig
 from runtime.collector.dashboard import DashboardClient, base_url_from_fq_ip
 from runtime.collector.discovery import IdentityChange, NodeIdentity
+from runtime.collector.events.http_server import ServerLimits
 from runtime.collector.events.quarantine import Quarantine
 from runtime.collector.events.receiver import EventReceiver
 from runtime.collector.events.spool import Spool
@@ -70,6 +71,7 @@ class Collector:
             max_file_size=config.event_max_file_size,
             rotation_interval=config.event_rotation_interval,
             fsync=config.event_fsync,
+            max_open_files=config.max_open_spool_files,
             on_ready=lambda ready: self.uploader.submit(ready),  # noqa: PLW0108 - uploader is built below
         )
         self.uploader = EventUploader(
@@ -89,6 +91,12 @@ class Collector:
             max_disk=config.event_max_disk,
             max_request_size=config.max_request_size,
             fallback_node=self.identity.node_id,
+            max_targets_per_batch=config.max_targets_per_batch,
+            limits=ServerLimits(
+                max_connections=config.max_connections,
+                header_timeout=config.request_header_timeout,
+                body_timeout=config.request_body_timeout,
+            ),
         )
         self.snapshots: SnapshotRecorder | None = None
         if config.is_head and config.enable_log_collector:

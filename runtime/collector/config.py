@@ -67,6 +67,12 @@ class CollectorConfig:
     event_compression: bool = False
     event_fsync: bool = True
     max_request_size: int = 64 * 1024 * 1024
+    # Limits against a hostile client of the events port (docs/security-model.md).
+    max_targets_per_batch: int = 1000
+    max_open_spool_files: int = 256
+    max_connections: int = 32
+    request_header_timeout: float = 10.0
+    request_body_timeout: float = 60.0
     dashboard_address: str = "http://localhost:8265"
     fq_ray_ip: str | None = None
     dashboard_port: int = 8265
@@ -119,6 +125,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     events.add_argument("--event-fsync", help="fsync before acknowledging (env RAY_COLLECTOR_EVENT_FSYNC; true)")
     events.add_argument("--max-request-mb", help="largest accepted POST (env RAY_COLLECTOR_MAX_REQUEST_MB; 64)")
+    events.add_argument(
+        "--max-targets-per-batch",
+        help="distinct (session, node, job) a POST may name, 413 above (env RAY_COLLECTOR_MAX_TARGETS_PER_BATCH; 1000)",
+    )
+    events.add_argument(
+        "--max-open-spool-files",
+        help="spool files kept open, least recently used closed (env RAY_COLLECTOR_MAX_OPEN_SPOOL_FILES; 256)",
+    )
+    events.add_argument(
+        "--max-connections",
+        help="connections served at once, 503 above (env RAY_COLLECTOR_MAX_CONNECTIONS; 32)",
+    )
+    events.add_argument(
+        "--request-header-timeout",
+        help="request line and headers within (env RAY_COLLECTOR_REQUEST_HEADER_TIMEOUT; 10s)",
+    )
+    events.add_argument(
+        "--request-body-timeout", help="request body within (env RAY_COLLECTOR_REQUEST_BODY_TIMEOUT; 60s)"
+    )
 
     ops = parser.add_argument_group("logs, snapshots and shutdown")
     ops.add_argument(
@@ -268,6 +293,17 @@ def load_config(args: argparse.Namespace | None, env: Mapping[str, str] | None =
         event_compression=s.get("--event-compression-enabled", "RAY_COLLECTOR_EVENT_COMPRESSION_ENABLED", False, _bool),
         event_fsync=s.get("--event-fsync", "RAY_COLLECTOR_EVENT_FSYNC", True, _bool),
         max_request_size=s.get("--max-request-mb", "RAY_COLLECTOR_MAX_REQUEST_MB", 64, _positive_int) * 1024 * 1024,
+        max_targets_per_batch=s.get(
+            "--max-targets-per-batch", "RAY_COLLECTOR_MAX_TARGETS_PER_BATCH", 1000, _positive_int
+        ),
+        max_open_spool_files=s.get("--max-open-spool-files", "RAY_COLLECTOR_MAX_OPEN_SPOOL_FILES", 256, _positive_int),
+        max_connections=s.get("--max-connections", "RAY_COLLECTOR_MAX_CONNECTIONS", 32, _positive_int),
+        request_header_timeout=s.get(
+            "--request-header-timeout", "RAY_COLLECTOR_REQUEST_HEADER_TIMEOUT", 10.0, _positive_duration
+        ),
+        request_body_timeout=s.get(
+            "--request-body-timeout", "RAY_COLLECTOR_REQUEST_BODY_TIMEOUT", 60.0, _positive_duration
+        ),
         dashboard_address=s.get(
             "--ray-dashboard-address", "RAY_DASHBOARD_ADDRESS", "http://localhost:8265", str
         ).rstrip("/"),

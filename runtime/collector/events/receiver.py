@@ -7,29 +7,37 @@ POST, any non-2xx is retried with the identical batch. So:
 * 200 only after the batch is durable in the spool;
 * invalid events inside a valid array are quarantined, and the batch is still 200;
 * 400 (JSON body naming the problem) only when the body is not a JSON array;
-* 503 with ``Retry-After`` when the spool is over budget or the collector is
-  shutting down, 413 for an oversized body, 411 without a length, 500 for a local
-  disk failure.
+* 503 with ``Retry-After`` when the spool is over budget, the collector is
+  shutting down or its connections are all taken; 413 for an oversized body or a
+  batch naming more spool targets than ``max_targets_per_batch``; 411 without a
+  ``Content-Length`` (chunked bodies are not accepted); 400 for a negative or
+  malformed one; 408 for a body slower than its deadline; 500 for a local disk
+  failure.
 
-The server is the standard library's threaded HTTP server: Ray's agent sends one
-batch at a time per node, and avoiding asyncio and aiohttp keeps ~20 MiB off a
-sidecar whose memory limit is small.
+The body is read only after its length was checked, and never more than that
+length (``Content-Length: -1`` used to mean "read until the peer closes").
+
+The server is the standard library's threaded HTTP server with deadlines and a
+connection cap (``http_server.py``): Ray's agent sends one batch at a time per
+node, and avoiding asyncio and aiohttp keeps ~20 MiB off a sidecar whose memory
+limit is small.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from runtime.collector.events.http_server import BoundedHTTPServer, LimitedHandler, ReadDeadlineError, ServerLimits
 from runtime.collector.events.parse import BatchRejected, ParsedBatch, parse_batch
 from runtime.collector.events.quarantine import Quarantine
 from runtime.collector.events.spool import Spool
@@ -39,6 +47,38 @@ logger = logging.getLogger(__name__)
 
 #: Backpressure starts here (as in the reference): leave room for in-flight batches.
 PRESSURE_RATIO = 0.8
+#: Distinct (session, node, job) spool files one batch may name. Ray's agent sends
+#: one node's events, from one session and a handful of jobs; each target costs an
+#: open file and a directory, so a made-up batch must not name thousands.
+DEFAULT_MAX_TARGETS_PER_BATCH = 1000
+#: RFC 9110: 1*DIGIT, nothing else (``int()`` would also take "-1", "+5", " 1_0 ").
+_DIGITS = re.compile(r"[0-9]{1,18}")
+
+
+class LengthError(ValueError):
+    """The request's length cannot be trusted; ``status`` is 400 or 411."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def body_length(content_length: list[str], transfer_encoding: list[str]) -> int:
+    """The body length the headers announce, or LengthError: a missing length is
+    411, a negative, malformed or contradictory one 400. Chunked bodies are refused
+    (411) rather than read without a bound: Ray's agent always sends a length."""
+    if transfer_encoding:
+        sent = ", ".join(transfer_encoding)
+        raise LengthError(411, f"Transfer-Encoding {sent!r} is not accepted; send Content-Length")
+    if not content_length:
+        raise LengthError(411, "Content-Length is required")
+    values = {v.strip() for v in content_length}
+    if len(values) > 1:
+        raise LengthError(400, f"conflicting Content-Length headers: {sorted(values)}")
+    (value,) = values
+    if not _DIGITS.fullmatch(value):
+        raise LengthError(400, f"Content-Length {value[:40]!r} is not a non-negative decimal integer")
+    return int(value)
 
 
 @dataclass
@@ -65,6 +105,8 @@ class EventReceiver:
         max_disk: int,
         max_request_size: int,
         fallback_node: Callable[[], str | None],
+        max_targets_per_batch: int = DEFAULT_MAX_TARGETS_PER_BATCH,
+        limits: ServerLimits | None = None,
     ) -> None:
         self.spool = spool
         self.quarantine = quarantine
@@ -72,6 +114,8 @@ class EventReceiver:
         self.max_disk = max_disk
         self.max_request_size = max_request_size
         self.fallback_node = fallback_node
+        self.max_targets_per_batch = max_targets_per_batch
+        self.limits = limits or ServerLimits()
         self.draining = False
         self._in_flight = 0
         self._count_lock = threading.Lock()
@@ -83,8 +127,10 @@ class EventReceiver:
         return self.spool.used_bytes >= PRESSURE_RATIO * self.max_disk
 
     # ------------------------------------------------------------- events
-    def admit(self, content_length: int | None) -> Reply | None:
-        """Checks made before reading the body; a Reply means "answer this"."""
+    def admit(self, content_length: int | None, problem: LengthError | None = None) -> Reply | None:
+        """Checks made before reading the body; a Reply means "answer this".
+        ``content_length`` comes from :func:`body_length`, or is None with the
+        ``problem`` it raised."""
         if self.draining:
             return _json(503, {"error": "collector is shutting down"}, **{"Retry-After": "5"})
         if self.under_pressure():
@@ -93,6 +139,8 @@ class EventReceiver:
                 {"error": f"event spool over budget ({self.spool.used_bytes} of {self.max_disk} bytes)"},
                 **{"Retry-After": "10"},
             )
+        if problem is not None:
+            return _json(problem.status, {"error": str(problem)})
         if content_length is None:
             return _json(411, {"error": "Content-Length is required"})
         if content_length > self.max_request_size:
@@ -109,6 +157,15 @@ class EventReceiver:
                     batch = parse_batch(body)
                 except BatchRejected as exc:
                     return _json(400, {"error": str(exc)})
+                if len(batch.groups) > self.max_targets_per_batch:
+                    # Refused before anything is written: only this batch pays.
+                    return _json(
+                        413,
+                        {
+                            "error": f"batch names {len(batch.groups)} distinct (session, node, job) spool targets, "
+                            f"over the limit of {self.max_targets_per_batch}; split it"
+                        },
+                    )
                 try:
                     self._store(batch)
                 except OSError as exc:
@@ -157,19 +214,17 @@ class EventReceiver:
         return Reply(200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST)
 
     # ----------------------------------------------------------------- server
-    def make_server(self, host: str, port: int) -> ThreadingHTTPServer:
+    def make_server(self, host: str, port: int) -> BoundedHTTPServer:
         receiver = self
 
         class Handler(_Handler):
             pass
 
         Handler.receiver = receiver
-        server = ThreadingHTTPServer((host, port), Handler)
-        server.daemon_threads = True
-        return server
+        return BoundedHTTPServer((host, port), Handler, self.limits)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LimitedHandler):
     receiver: EventReceiver
     protocol_version = "HTTP/1.1"  # keep-alive, as Ray's aiohttp client expects
     # Headers and body go out as separate writes; with Nagle on, the body waits
@@ -177,23 +232,37 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server_version = "ray-history-collector"
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802 - http.server's dispatch name
         if self.path.split("?", 1)[0] != "/v1/events":
             self._send(_json(404, {"error": f"no route {self.path}"}), drain=True)
             return
-        length_header = self.headers.get("Content-Length")
-        try:
-            length = int(length_header) if length_header is not None else None
-        except ValueError:
-            length = None
-        refused = self.receiver.admit(length)
-        if refused is not None:
-            self._send(refused, drain=True)
+        if self.spare_lane:
+            busy = f"collector busy: {self.limits.max_connections} connections open"
+            self._send(_json(503, {"error": busy}, **{"Retry-After": "1"}), drain=True)
             return
-        body = self.rfile.read(length or 0)
+        length: int | None = None
+        problem: LengthError | None = None
+        try:
+            length = body_length(
+                self.headers.get_all("Content-Length", []), self.headers.get_all("Transfer-Encoding", [])
+            )
+        except LengthError as exc:
+            problem = exc
+        refused = self.receiver.admit(length, problem)
+        if refused is not None or length is None:
+            self._send(refused or _json(411, {"error": "Content-Length is required"}), drain=True)
+            return
+        try:
+            body = self.read_body(length)
+        except ReadDeadlineError:
+            self._send(_json(408, {"error": f"body not received within {self.limits.body_timeout:g}s"}), drain=True)
+            return
+        if body is None:
+            self.close_connection = True  # the client left mid-body: nobody to answer
+            return
         self._send(self.receiver.accept(body))
 
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 - http.server's dispatch name
         path = self.path.split("?", 1)[0]
         routes = {
             "/healthz": self.receiver.healthz,
@@ -204,6 +273,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(route() if route else _json(404, {"error": f"no route {path}"}))
 
     def _send(self, reply: Reply, drain: bool = False) -> None:
+        self.prepare_write()
         if self.command == "POST":
             self.receiver.metrics.event_requests.labels(status=str(reply.status)).inc()
         if drain:

@@ -8,8 +8,13 @@ Layout under ``{root}/{cluster_key}/``::
 
 Each batch is appended with one ``write`` per file and ``fdatasync``-ed before the
 caller answers 200. Files rotate by size (checked on every write), by age and at
-shutdown. After a crash, ``resume`` finalises active files, cutting a torn last
-line: a line without its newline belongs to a batch that was never acknowledged.
+shutdown. At most ``max_open_files`` of them hold a descriptor: a sender naming
+thousands of sessions used to exhaust the process's descriptors and fail every
+later batch (#14), so the least recently written file is closed (synced first if
+this batch wrote to it) and reopened in append mode on its next write. After a
+crash, ``resume`` finalises active files (open or closed by the cap alike),
+cutting a torn last line: a line without its newline belongs to a batch that was
+never acknowledged.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import os
 import shutil
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,6 +41,8 @@ GZ_SUFFIX = ".jsonl.gz"
 UNKNOWN_NODE = "_unknown"
 NODE_EVENTS = "node_events"
 JOB_EVENTS = "job_events"
+DEFAULT_MAX_OPEN_FILES = 256
+CLOSED = -1
 
 
 @dataclass(frozen=True)
@@ -57,12 +65,13 @@ class ReadyFile:
 @dataclass
 class _Active:
     path: Path
-    fd: int
+    fd: int  # CLOSED while over the open-file cap
     target: SpoolTarget
     opened_ns: int
     opened_at: float
     size: int = 0
     lines: int = 0
+    unsynced: bool = False  # written since the last fdatasync
 
 
 class Spool:
@@ -78,6 +87,7 @@ class Spool:
         fsync: bool,
         on_ready: Callable[[ReadyFile], None],
         clock_ns: Callable[[], int] = time.time_ns,
+        max_open_files: int = DEFAULT_MAX_OPEN_FILES,
     ) -> None:
         self.root = root
         self.dir = root / cluster_key
@@ -87,6 +97,8 @@ class Spool:
         self._on_ready = on_ready
         self._clock_ns = clock_ns
         self._active: dict[SpoolTarget, _Active] = {}
+        self.max_open_files = max(1, max_open_files)
+        self._open_fds: OrderedDict[SpoolTarget, _Active] = OrderedDict()  # least recently written first
         self._lock = threading.Lock()
         self._used = 0
         self._files = 0
@@ -100,6 +112,11 @@ class Spool:
     @property
     def file_count(self) -> int:
         return self._files
+
+    @property
+    def open_files(self) -> int:
+        """Spool files holding a descriptor now (at most ``max_open_files``)."""
+        return len(self._open_fds)
 
     def _account(self, delta_bytes: int, delta_files: int = 0) -> None:
         self._used += delta_bytes
@@ -128,17 +145,23 @@ class Spool:
                 active = self._active.get(target) or self._open(target)
                 data = b"\n".join(lines) + b"\n"
                 try:
-                    _write_all(active.fd, data)
+                    fd = self._fd(active)
+                    _write_all(fd, data)
                 except OSError:
                     self._rotate_locked(active)  # wedged: salvage what reached disk
                     raise
+                active.unsynced = self.fsync
                 active.size += len(data)
                 active.lines += len(lines)
                 self._account(len(data))
                 written += len(lines)
                 touched.append(active)
             if self.fsync:
-                self._sync([a.fd for a in touched])
+                # Files closed by the cap meanwhile were synced as they closed.
+                pending = [a for a in touched if a.unsynced and a.fd != CLOSED]
+                self._sync([a.fd for a in pending])
+                for active in pending:
+                    active.unsynced = False
             for active in touched:
                 if active.size >= self.max_file_size:
                     self._rotate_locked(active)
@@ -162,11 +185,42 @@ class Spool:
         while path.exists():  # two files in the same nanosecond: keep names unique
             opened_ns += 1
             path = directory / f"{opened_ns}{ACTIVE_SUFFIX}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        active = _Active(path=path, fd=fd, target=target, opened_ns=opened_ns, opened_at=time.monotonic())
+        active = _Active(path=path, fd=CLOSED, target=target, opened_ns=opened_ns, opened_at=time.monotonic())
+        active.fd = self._open_fd(path, target)
         self._active[target] = active
+        self._open_fds[target] = active
         self._account(0, 1)
         return active
+
+    def _fd(self, active: _Active) -> int:
+        """The file's descriptor, reopened (append mode) if the cap closed it."""
+        if active.fd == CLOSED:
+            active.fd = self._open_fd(active.path, active.target)
+            self._open_fds[active.target] = active
+        else:
+            self._open_fds.move_to_end(active.target)
+        return active.fd
+
+    def _open_fd(self, path: Path, target: SpoolTarget) -> int:
+        """Open ``path`` for appending after making room under the cap."""
+        while len(self._open_fds) >= self.max_open_files:
+            _victim_target, victim = self._open_fds.popitem(last=False)
+            self._close_fd(victim)
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def _close_fd(self, active: _Active) -> None:
+        """Close an active file's descriptor; what this batch wrote is synced first,
+        since the 200 promises it is on disk."""
+        if active.fd == CLOSED:
+            return
+        self._open_fds.pop(active.target, None)
+        fd, active.fd = active.fd, CLOSED
+        try:
+            if active.unsynced:
+                os.fdatasync(fd)
+                active.unsynced = False
+        finally:
+            os.close(fd)
 
     # -------------------------------------------------------------- rotation
     def rotate_due(self) -> int:
@@ -195,10 +249,13 @@ class Spool:
 
     def _rotate_locked(self, active: _Active) -> None:
         self._active.pop(active.target, None)
-        try:
-            os.close(active.fd)
-        except OSError:
-            logger.warning("closing spool file %s failed", active.path, exc_info=True)
+        self._open_fds.pop(active.target, None)
+        if active.fd != CLOSED:
+            try:
+                os.close(active.fd)
+            except OSError:
+                logger.warning("closing spool file %s failed", active.path, exc_info=True)
+            active.fd = CLOSED
         if active.size == 0:
             active.path.unlink(missing_ok=True)
             self._account(0, -1)

@@ -135,3 +135,18 @@ def test_durations(text: str, seconds: float) -> None:
 def test_bad_durations(text: str) -> None:
     with pytest.raises(ValueError):
         parse_duration(text)
+
+
+def test_limits_against_hostile_clients() -> None:
+    """docs/security-model.md: each limit has a flag and an environment variable."""
+    default = load([], KUBERAY_ENV)
+    assert (default.max_targets_per_batch, default.max_open_spool_files, default.max_connections) == (1000, 256, 32)
+    assert (default.request_header_timeout, default.request_body_timeout) == (10.0, 60.0)
+    config = load(
+        ["--max-targets-per-batch=50", "--max-open-spool-files=16", "--request-header-timeout=2s"],
+        {**KUBERAY_ENV, "RAY_COLLECTOR_MAX_CONNECTIONS": "8", "RAY_COLLECTOR_REQUEST_BODY_TIMEOUT": "1m"},
+    )
+    assert (config.max_targets_per_batch, config.max_open_spool_files, config.max_connections) == (50, 16, 8)
+    assert (config.request_header_timeout, config.request_body_timeout) == (2.0, 60.0)
+    with pytest.raises(CollectorConfigError, match="RAY_COLLECTOR_MAX_OPEN_SPOOL_FILES"):
+        load([], {**KUBERAY_ENV, "RAY_COLLECTOR_MAX_OPEN_SPOOL_FILES": "0"})
