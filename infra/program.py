@@ -14,6 +14,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from infra import cluster_checks
 from infra.components.contracts import SERVER_SERVICE_ACCOUNT, ServiceAccountRef, StorageWiring
 from infra.components.history_server import SERVICE_PORT, HistoryServerArgs, HistoryServerK8s
 from infra.components.kuberay import KubeRayOperator, KubeRayOperatorArgs
@@ -60,6 +61,23 @@ def precreated_namespaces(config: StackConfig, on_k8s: pulumi.ResourceOptions) -
                     f"workloads-{namespace}-ns", metadata={"name": namespace, "labels": part_of}, opts=on_k8s
                 )
     return created
+
+
+def cluster_role_annotations(config: StackConfig, kubeconfig: pulumi.Output[str]) -> pulumi.Output[dict[str, str]]:
+    """The owning stack's annotation for the ClusterRole, after checking that an existing
+    cluster has no ClusterRole of that name owned by someone else (:mod:`infra.cluster_checks`)."""
+    # Self-managed backends name every organization "organization".
+    stack = f"{pulumi.get_organization() or 'organization'}/{pulumi.get_project()}/{pulumi.get_stack()}"
+    name = config.history_server.cluster_role_name
+    if config.create_cluster:  # a new cluster has no roles of ours or anyone's
+        return pulumi.Output.from_input({cluster_checks.STACK_ANNOTATION: stack})
+    checked = kubeconfig.apply(
+        lambda text: cluster_checks.check_cluster_role_free(
+            text, config.kube_context, name, stack, "ray-history-server:historyServer.clusterRoleName"
+        )
+    )
+    # The kubeconfig is a secret; the annotation is not.
+    return pulumi.Output.unsecret(checked.apply(lambda _: {cluster_checks.STACK_ANNOTATION: stack}))
 
 
 def deploy(config: StackConfig | None = None) -> Deployment:
@@ -114,6 +132,7 @@ def deploy(config: StackConfig | None = None) -> Deployment:
             cache_storage_class=config.history_server.cache_storage_class or None,
             cluster_role_name=config.history_server.cluster_role_name,
             image_ready=image_builds,
+            cluster_role_annotations=cluster_role_annotations(config, cluster.kubeconfig),
         ),
         opts=on_k8s,
     )

@@ -92,6 +92,8 @@ class HistoryServerArgs:
         extra_args: more ``historyserver`` flags (e.g. ``--log-format=json``).
         ingress: optional Ingress.
         cluster_role_name: the ClusterRole reading RayClusters (cluster-scoped: one per cluster).
+        cluster_role_annotations: annotations of the ClusterRole (the program records the
+            owning stack there, see ``infra/cluster_checks.py``).
         image_ready: what must exist before nodes can pull ``image`` (its build and push, the
             registry's pull grant): the Deployment waits for them, or its first pods sit in
             ImagePullBackOff and the Deployment's readiness wait can time out.
@@ -110,6 +112,7 @@ class HistoryServerArgs:
     ingress: HistoryServerIngress | None = None
     cluster_role_name: str = "raycluster-reader"
     image_ready: list[pulumi.Resource] = field(default_factory=list)
+    cluster_role_annotations: pulumi.Input[dict[str, str]] = field(default_factory=dict)
 
     def validate(self) -> None:
         if isinstance(self.image, str) and not self.image.strip():
@@ -240,7 +243,7 @@ class HistoryServerK8s(pulumi.ComponentResource):
         )
         role = k8s.rbac.v1.ClusterRole(
             f"{name}-reader",
-            metadata={"name": args.cluster_role_name, "labels": labels},
+            metadata={"name": args.cluster_role_name, "labels": labels, "annotations": args.cluster_role_annotations},
             # Live-cluster discovery only: nothing else, no watch, no secrets.
             rules=[{"api_groups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["list", "get"]}],
             opts=child,
