@@ -3,6 +3,9 @@
 * ``gthread`` workers: threads for concurrent Dashboard requests, and a worker's
   liveness is its main loop, so a long cold index build in a request thread does
   not get it killed (the timeout is still sized past ``--build-timeout``).
+  Slow clients cannot hold those threads: request heads are collected by the main
+  loop with a deadline, bodies and answers have an I/O timeout
+  (:mod:`runtime.server.worker`, docs/security-model.md).
 * One worker is the default; with more, ``PROMETHEUS_MULTIPROC_DIR`` is set up in
   the master before the workers fork (so ``/metrics`` sums all workers) and dead
   workers are marked in ``child_exit``.
@@ -28,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from gunicorn import glogging  # type: ignore[import-untyped]
-from gunicorn.workers.gthread import ThreadWorker as _GThreadWorker  # type: ignore[import-untyped]
 
 from runtime.server.config import ServerConfig
+from runtime.server.worker import HeadFirstThreadWorker
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +67,8 @@ class GunicornLogger(glogging.Logger):  # type: ignore[misc]
         super().access(resp, req, environ, request_time)
 
 
-class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
-    """gunicorn's gthread worker with signal handlers that cannot deadlock.
+class ThreadWorker(HeadFirstThreadWorker):
+    """gunicorn's gthread worker, slowloris-proof, with signal handlers that cannot deadlock.
 
     gunicorn 27 shuts its thread pool down *inside* the SIGQUIT/SIGINT handler;
     when the signal lands while the main thread is in ``ThreadPoolExecutor.submit``
@@ -139,6 +142,9 @@ def settings(config: ServerConfig) -> dict[str, Any]:
         "worker_class": "runtime.server.gunicorn_conf.ThreadWorker",  # gthread, minus a deadlock
         "workers": config.workers,
         "threads": config.threads,
+        # Connections per worker, slow ones included (they wait for their request
+        # head in the main loop, not in a thread); gunicorn's default, said aloud.
+        "worker_connections": 1000,
         # Cold loads can take minutes; never let gunicorn kill a worker under one.
         "timeout": int(config.build_timeout) + 60,
         "graceful_timeout": GRACEFUL_TIMEOUT,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -209,3 +210,50 @@ def make_app(config: ServerConfig, live: LiveDirectory) -> Flask:
 
 def live_cookies(namespace: str = "default", name: str = "live-demo") -> dict[str, str]:
     return {"cluster_name": name, "cluster_namespace": namespace, "session_name": "live"}
+
+
+class HangingUpstream:
+    """A head dashboard that hangs: ``silent`` never answers; ``headers`` starts a
+    chunked log stream (headers and one line) and then sends nothing, like a quiet
+    log. Records when each connection ends."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.accepted = 0
+        self.ended: list[float] = []
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                data = conn.recv(65536)
+                if not data:
+                    break
+                head += data
+            if self.mode == "headers":
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n5\r\ntick\n\r\n"
+                )
+            while conn.recv(65536):  # hold the connection until the proxy lets go
+                pass
+            self.ended.append(time.monotonic())
+
+    def close(self) -> None:
+        self._stop.set()
+        self.listener.close()

@@ -5,7 +5,6 @@ too many streams, clients that leave. Our app under a real threaded server."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,58 +16,11 @@ import requests
 
 from runtime.server.config import LiveClusterURL
 from runtime.server.live.discovery import StaticLiveDirectory
-from tests.unit.server.live.servers import live_cookies, make_app, serve, server_config
+from tests.unit.server.live.servers import HangingUpstream, live_cookies, make_app, serve, server_config
 
 pytestmark = pytest.mark.hostile
 
 STREAM = "/api/v0/logs/stream?node_id=abc&filename=raylet.out&follow=true"
-
-
-class HangingUpstream:
-    """A head dashboard that hangs: ``silent`` never answers; ``headers`` starts a
-    chunked log stream (headers and one line) and then sends nothing, like a quiet
-    log. Records when each connection ends."""
-
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.accepted = 0
-        self.ended: list[float] = []
-        self._stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            head = b""
-            while b"\r\n\r\n" not in head:
-                data = conn.recv(65536)
-                if not data:
-                    break
-                head += data
-            if self.mode == "headers":
-                conn.sendall(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n5\r\ntick\n\r\n"
-                )
-            while conn.recv(65536):  # hold the connection until the proxy lets go
-                pass
-            self.ended.append(time.monotonic())
-
-    def close(self) -> None:
-        self._stop.set()
-        self.listener.close()
 
 
 @contextmanager
