@@ -20,7 +20,7 @@ only once its head is complete:
   27 lingers in its main loop, so a client that never closes its end stalled
   every other connection for 2 s.
 
-It relies on gthread's structure since gunicorn 23 (``enqueue_req``,
+It relies on the structure of gunicorn 27's gthread (``enqueue_req``,
 ``murder_pending``, ``TConn.data_ready``); ``tests/integration/server`` runs it.
 """
 
