@@ -159,6 +159,8 @@ class HistoryServerArgs:
             f"--dashboard-dir={DASHBOARD_DIR}",
             # Behind a TLS ingress the browser sees HTTPS: cookies may be Secure.
             *(["--secure-cookies"] if self.ingress is not None and self.ingress.tls_secret_name else []),
+            # The server answers only Host names it knows (DNS rebinding): add the Ingress's.
+            *([f"--allowed-hosts={self.ingress.host}"] if self.ingress is not None else []),
             *self.extra_args,
         ]
 

@@ -110,6 +110,7 @@ def test_every_object_is_schema_valid_and_wired() -> None:
     assert container["command"] == ["historyserver"]
     assert container["args"][:5] == ["--storage-backend=azureblob", "--port", "8080", "--cache-dir", CACHE_DIR]
     assert "--secure-cookies" in container["args"]
+    assert "--allowed-hosts=hist.example.com" in container["args"]
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env["STORAGE_BACKEND"] == "azureblob"
     assert env["AZURE_CLIENT_ID"] == "cid-123"
@@ -158,6 +159,7 @@ def test_server_args_are_accepted_by_the_real_historyserver_parser() -> None:
     argv = [f"--dashboard-dir={local_build}" if a.startswith("--dashboard-dir=") else a for a in argv]
     parsed = build_parser().parse_args(argv)
     assert parsed.storage_backend == "azureblob"
+    assert "--allowed-hosts" not in " ".join(argv)  # no Ingress: the defaults (Service names, loopback)
     assert parsed.port == 8080
     assert parsed.cache_dir == CACHE_DIR
     assert parsed.dashboard_dir == local_build
@@ -270,3 +272,13 @@ def test_deployment_waits_for_the_server_identity() -> None:
     run()
     deployment = mocks.one("kubernetes:apps/v1:Deployment")
     assert deployment.depends_on("server-grant"), deployment.dependency_names()
+
+
+def test_ingress_host_is_allowed_by_the_real_parser() -> None:
+    """With an Ingress the server also answers its host name (the server refuses unknown Host headers)."""
+    ingress = HistoryServerIngress(host="hist.example.com", tls_secret_name="tls")
+    argv = _args(ingress=ingress).server_args()
+    local_build = Path(ray.__file__).parent / "dashboard" / "client" / "build"
+    argv = [f"--dashboard-dir={local_build}" if a.startswith("--dashboard-dir=") else a for a in argv]
+    parsed = build_parser().parse_args(argv)
+    assert "hist.example.com" in str(parsed.allowed_hosts)
