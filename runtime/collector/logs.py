@@ -8,6 +8,11 @@ file (new files at once), with a periodic full rescan as a safety net. Files in
 ``prev-logs`` are deleted only after their upload succeeded, so failures are
 retried and a collector restart resumes (``logs_prev.py``). What is remembered
 per file, and the uploads themselves, live in ``logs_state.py``.
+
+Nothing reached through a symbolic link is shipped (#14 item 1): the watcher
+watches each real directory on its own (a recursive inotify watch follows linked
+directories), walks and opens go through descriptors with ``O_NOFOLLOW``
+(``log_files.py``), and what is uploaded is read from the descriptor checked.
 """
 
 from __future__ import annotations
@@ -22,11 +27,17 @@ from pathlib import Path
 
 import watchfiles
 
-from runtime.collector.logs_prev import (
+from runtime.collector.log_files import (
     LogFile,
+    UnsafePathError,
+    is_real_dir,
+    iter_log_files,
+    log_dirs,
+    lstat_below,
+)
+from runtime.collector.logs_prev import (
     PrevPlan,
     UploadJob,
-    iter_log_files,
     plan_prev_logs,
     prune_prev_logs_dir,
     relpath_of,
@@ -86,6 +97,8 @@ class LogShipper:
         self._watch_thread: threading.Thread | None = None
         self._watch_stop = threading.Event()
         self._watch_failed_at = -math.inf
+        self._watched: frozenset[Path] = frozenset()  # the real directories being watched
+        self._rewatch = threading.Event()  # the watcher saw a new directory
 
         # Used by the loop thread only (and by stop() once the loop has ended).
         self._session_dir: Path | None = None
@@ -231,8 +244,17 @@ class LogShipper:
             self._prev_due = 0.0  # move the old one into prev-logs and ship it
         if self._session_dir is not None:
             self._announce_all([self._session_dir.name])
+            if self._rewatch.is_set() and not self._stopping.is_set():
+                self._rewatch.clear()
+                self._stop_watcher()  # watched again below, with the new directories
             if not self._stopping.is_set():
                 self._ensure_watcher()
+
+    def _anchor(self) -> Path:
+        """Where no-link-followed walks start: Ray's temp root when the session lies
+        directly in it (as Ray makes it), else the session directory itself."""
+        session = self._session_dir
+        return self._tmp_root if session is None or session.parent == self._tmp_root else session
 
     def _announce_all(self, sessions: list[str]) -> None:
         for session in sessions:
@@ -254,11 +276,18 @@ class LogShipper:
         if self._session_dir is None or time.monotonic() < self._watch_failed_at + BACKOFF_CAP:
             return
         logs_dir = self._session_dir / "logs"
-        if not logs_dir.is_dir():
-            return  # Ray has not created it yet; the next tick looks again
+        try:
+            if not stat.S_ISDIR(lstat_below(self._anchor(), logs_dir).st_mode):
+                return  # Ray has not created it yet; the next tick looks again
+        except OSError:
+            return  # not there yet, or a link: never watched
+        # Non-recursive watches on each real directory: a recursive one (notify's
+        # walk) would follow a linked directory and report what changes there.
+        dirs = log_dirs(logs_dir, self._anchor())
+        self._watched = frozenset(dirs)
         self._watch_stop = threading.Event()
         self._watch_thread = threading.Thread(
-            target=self._watch, args=(logs_dir, self._watch_stop), name="log-watch", daemon=True
+            target=self._watch, args=(dirs, self._watch_stop), name="log-watch", daemon=True
         )
         self._watch_thread.start()
         self._next_rescan = 0.0  # catch up on what changed while nothing watched
@@ -269,13 +298,14 @@ class LogShipper:
             self._watch_thread.join(timeout=4 * WATCH_STEP_MS / 1000)
         self._watch_thread = None
 
-    def _watch(self, logs_dir: Path, stop_event: threading.Event) -> None:
+    def _watch(self, dirs: list[Path], stop_event: threading.Event) -> None:
+        logs_dir = dirs[0]
         try:
             for changes in watchfiles.watch(
-                logs_dir,
+                *dirs,
                 watch_filter=None,  # the default filter drops names such as *.swp and *~
                 stop_event=stop_event,
-                recursive=True,
+                recursive=False,
                 step=WATCH_STEP_MS,
                 rust_timeout=WATCH_TIMEOUT_MS,
                 yield_on_timeout=True,
@@ -285,7 +315,11 @@ class LogShipper:
             ):
                 if stop_event.is_set():
                     return
-                if changes and self._state.mark_dirty(Path(raw) for _change, raw in changes):
+                paths = [Path(raw) for _change, raw in changes]
+                if any(path not in self._watched and is_real_dir(path) for path in paths):
+                    self._rewatch.set()  # a new directory: watch it too (its files come by the rescan)
+                    self._wake.set()
+                if paths and self._state.mark_dirty(paths):
                     self._wake.set()
             problem: object = "the watcher ended"
         except Exception as exc:  # e.g. inotify limits
@@ -302,7 +336,7 @@ class LogShipper:
         dropped cheaply when they come due."""
         if self._session_dir is None:
             return
-        found = {f.path for f in iter_log_files(self._session_dir / "logs")}
+        found = {f.path for f in iter_log_files(self._session_dir / "logs", self._anchor())}
         self._state.mark_dirty(found)
         self._state.keep_only(found)
 
@@ -325,15 +359,22 @@ class LogShipper:
         return jobs
 
     def _live_job(self, path: Path, logs_dir: Path, session: str, node: str) -> UploadJob | None:
+        relpath = relpath_of(path, logs_dir)
+        if relpath is None:
+            return None  # an event from elsewhere
+        anchor = self._anchor()
         try:
-            st = path.lstat()
+            # Every component from the anchor, none a link: a file inside a linked
+            # directory is not one of Ray's logs.
+            st = lstat_below(anchor, path)
+        except UnsafePathError:
+            return None
         except OSError:
             self._state.forget(path)
             return None
-        relpath = relpath_of(path, logs_dir)
-        if relpath is None or not stat.S_ISREG(st.st_mode):
-            return None  # a directory, symlink, socket, or an event from elsewhere
-        item = LogFile(path, relpath, st.st_size, st.st_mtime_ns)
+        if not stat.S_ISREG(st.st_mode):
+            return None  # a directory, symlink, socket
+        item = LogFile(path, relpath, st.st_size, st.st_mtime_ns, anchor, st.st_dev, st.st_ino)
         key = self._key_for(session, node, item)
         if key is None or self._state.shipped.get(key) == (item.size, item.mtime_ns):
             return None

@@ -8,6 +8,9 @@ Layout (``collector.md`` §4.3/4.4)::
 
 Older KubeRay Ray-container command prefixes ``mv`` ``session_latest/logs`` into the
 same ``prev-logs`` layout before ``ray start``; nothing here tells the two apart.
+
+Every walk, move and delete goes through ``log_files.py``: nothing below Ray's temp
+root is reached through a symbolic link (#14 item 1).
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ import errno
 import logging
 import os
 import re
-import stat
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runtime.collector.log_files import LogFile, iter_log_files, open_dir
 from runtime.collector.session_files import (
     PREV_LOGS,
     list_session_dirs,
@@ -29,7 +32,7 @@ from runtime.collector.session_files import (
     raylet_socket_alive,
 )
 from runtime.storage.errors import InvalidKeyError
-from runtime.storage.layout import MAX_LOG_DEPTH, validate_session_name
+from runtime.storage.layout import validate_session_name
 
 logger = logging.getLogger(__name__)
 
@@ -39,16 +42,6 @@ SHARED_DIR_MODE = 0o777
 # A node directory must be plain hex: base64-looking names such as "logs" would
 # otherwise decode into a bogus node id.
 _HEX_NODE = re.compile(r"^[0-9a-fA-F]{1,128}$")
-
-
-@dataclass(frozen=True)
-class LogFile:
-    """One regular file under a ``logs`` directory."""
-
-    path: Path
-    relpath: str  # '/'-separated, relative to the logs directory
-    size: int
-    mtime_ns: int
 
 
 @dataclass(frozen=True)
@@ -120,7 +113,7 @@ def plan_prev_logs(
         except OSError as exc:
             warn(f"move:{session_dir}", f"cannot move {session_dir}/logs to prev-logs, shipping it in place: {exc}")
             plan.sessions.append(session_dir.name)
-            for item in iter_log_files(session_dir / LOGS):
+            for item in iter_log_files(session_dir / LOGS, tmp_root):
                 key = key_for(session_dir.name, node, item)
                 if key is not None and shipped.get(key) != (item.size, item.mtime_ns):
                     plan.jobs.append(UploadJob(item, key))
@@ -136,38 +129,12 @@ def plan_prev_logs(
         plan.dirs.append(prev)
         if prev.session not in plan.sessions:
             plan.sessions.append(prev.session)
-        for item in iter_log_files(prev.logs):
+        for item in iter_log_files(prev.logs, tmp_root):
             key = key_for(prev.session, prev.node, item)
             if key is not None:
                 done = shipped.get(key) == (item.size, item.mtime_ns)
                 plan.jobs.append(UploadJob(item, key, upload=not done, delete_after=True))
     return plan
-
-
-def iter_log_files(logs_dir: Path) -> Iterator[LogFile]:
-    """Regular files under ``logs_dir``, recursively. Symlinks (never followed),
-    sockets and other special files are skipped; so is anything too deep for
-    the key layout."""
-    stack: list[tuple[Path, str, int]] = [(logs_dir, "", 1)]
-    while stack:
-        directory, prefix, depth = stack.pop()
-        try:
-            with os.scandir(directory) as entries:
-                for entry in entries:
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except FileNotFoundError:
-                        continue  # removed while walking
-                    rel = f"{prefix}{entry.name}"
-                    if stat.S_ISDIR(st.st_mode):
-                        if depth < MAX_LOG_DEPTH:
-                            stack.append((Path(entry.path), rel + "/", depth + 1))
-                    elif stat.S_ISREG(st.st_mode):
-                        yield LogFile(Path(entry.path), rel, st.st_size, st.st_mtime_ns)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except PermissionError as exc:
-            logger.debug("cannot list %s: %s", directory, exc)
 
 
 def relpath_of(path: Path, logs_dir: Path) -> str | None:
@@ -235,11 +202,22 @@ def move_session_logs(session_dir: Path, node: str, prev_root: Path) -> Path:
 def _merge_tree(source: Path, target: Path) -> None:
     """Move every file of ``source`` into ``target`` (same file system), then
     remove the emptied source dirs. A file present in both is replaced by the
-    source's copy: both are the same log of the same session and node."""
-    for item in list(iter_log_files(source)):
+    source's copy: both are the same log of the same session and node. Renamed
+    through directory descriptors, so a directory swapped for a link fails the
+    move instead of pulling a file in from elsewhere."""
+    anchor = source.parent.parent  # Ray's temp root: session_*/logs and prev-logs/... share it
+    for item in list(iter_log_files(source, anchor)):
         destination = target / item.relpath
         ensure_shared_dir(destination.parent)
-        os.replace(item.path, destination)
+        src_fd = open_dir(anchor, item.path.parent)
+        try:
+            dst_fd = open_dir(anchor, destination.parent)
+            try:
+                os.replace(item.path.name, destination.name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+            finally:
+                os.close(dst_fd)
+        finally:
+            os.close(src_fd)
     prune_empty_tree(source)
     with contextlib.suppress(OSError):
         source.rmdir()

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.collector.log_files import UnsafePathError, open_log_file, unlink_if_unchanged
 from runtime.collector.logs_prev import UploadJob
 from runtime.collector.metrics import CollectorMetrics
 from runtime.storage.base import ObjectStore
@@ -58,7 +59,7 @@ class Schedule:
 @dataclass(frozen=True)
 class Outcome:
     job: UploadJob
-    status: str  # shipped | vanished | changed | skipped | failed
+    status: str  # shipped | vanished | changed | skipped | failed | refused (not the file listed)
     started: float = 0.0
     error: BaseException | None = None
     uploaded: bool = False
@@ -163,9 +164,14 @@ class UploadState:
         seconds = 0.0
         if job.upload:
             try:
-                self._store.put_file(job.key, job.file.path)  # streamed, up to the size at open
+                # What is sent is read from the descriptor that was checked (#14 item 1).
+                with open_log_file(job.file) as fh:
+                    self._store.put_open_file(job.key, fh)  # streamed, up to the size at open
             except FileNotFoundError:
                 return Outcome(job, "vanished", now)
+            except UnsafePathError as exc:
+                logger.warning("not shipping %s: %s", job.file.path, exc.strerror)
+                return Outcome(job, "refused", now)
             except Exception as exc:
                 return Outcome(job, "failed", now, exc)
             finally:
@@ -173,10 +179,8 @@ class UploadState:
                 self._metrics.upload_seconds.labels(what="log").observe(seconds)
         if job.delete_after:
             try:
-                st = job.file.path.lstat()
-                if (st.st_size, st.st_mtime_ns) != (job.file.size, job.file.mtime_ns):
+                if not unlink_if_unchanged(job.file):
                     return Outcome(job, "changed", now, uploaded=job.upload)  # ship again, then delete
-                job.file.path.unlink()
             except FileNotFoundError:
                 pass
             except OSError as exc:
@@ -222,8 +226,10 @@ class UploadState:
             if job.live:
                 gap = max(self._interval, min(MAX_UPLOAD_GAP, UPLOAD_GAP_FACTOR * outcome.seconds))
                 self._schedule[path] = Schedule(last_upload=outcome.started, gap=gap)
-        elif outcome.status == "vanished":
+        elif outcome.status in ("vanished", "refused"):
             self._schedule.pop(path, None)
+            if outcome.status == "refused":
+                self._metrics.log_files_skipped.inc()
         elif job.live:  # failed or skipped: keep it dirty
             with self._lock:
                 self._dirty.add(path)

@@ -117,9 +117,16 @@ class ObjectStore(ABC):
         """Upload a local file, streamed. Its size is taken when the upload starts,
         so a file still being appended to is uploaded up to that size."""
         with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            limited = io.BufferedReader(_LimitedReader(fh, size), buffer_size=1024 * 1024)
-            self.put_stream(key, limited, size=size)
+            self.put_open_file(key, fh)
+
+    def put_open_file(self, key: str, fh: BinaryIO) -> None:
+        """Upload an already opened regular file from its start, streamed, up to its
+        size now. For callers that checked the file they opened (the collector's
+        logs): nothing is looked up by name again, so what was checked is sent."""
+        fh.seek(0)
+        size = os.fstat(fh.fileno()).st_size
+        limited = io.BufferedReader(_LimitedReader(fh, size), buffer_size=1024 * 1024)
+        self.put_stream(key, limited, size=size)
 
     def delete(self, key: str) -> None:
         """Delete ``key``; deleting a missing key is not an error."""

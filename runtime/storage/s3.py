@@ -174,6 +174,17 @@ class S3Store(ObjectStore):
         filename = os.fspath(path)
         self._run("upload", key, lambda: self._client.upload_file(filename, self.bucket, key, Config=self._transfer))
 
+    def put_open_file(self, key: str, fh: BinaryIO) -> None:
+        """Like :meth:`put_file` for an opened file: s3transfer reopens its name per
+        part, so it gets ``/proc/self/fd/N``, which reopens this very inode whatever
+        happens to the path meanwhile. Without /proc, the base's stream."""
+        proc = f"/proc/self/fd/{fh.fileno()}"
+        if not os.path.exists(proc):
+            super().put_open_file(key, fh)
+            return
+        validate_key(key)
+        self._run("upload", key, lambda: self._client.upload_file(proc, self.bucket, key, Config=self._transfer))
+
     def _get_range(self, key: str, start: int, length: int | None) -> bytes:
         args: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
         if length is not None:

@@ -267,3 +267,22 @@ def test_readers_see_whole_objects_while_a_writer_replaces_them(store: ObjectSto
         while not future.done():
             assert store.get_bytes("atomic") in (old, new)
         future.result()
+
+
+@pytest.mark.hostile
+def test_put_open_file_sends_the_opened_file_not_what_its_name_points_at_now(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    """The collector checks the file it opened, then uploads from that descriptor
+    (#14 item 1): a link swapped in under the name meanwhile changes nothing. Over
+    8 MiB, so S3 takes its multipart path (which reopens the file per part)."""
+    content = os.urandom(9 * 1024 * 1024)
+    src = tmp_path / "checked.log"
+    src.write_bytes(content)
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"not a log")
+    with open(src, "rb") as fh:
+        src.unlink()
+        src.symlink_to(secret)
+        store.put_open_file("opened.log", fh)
+    assert hashlib.sha256(store.get_bytes("opened.log")).hexdigest() == hashlib.sha256(content).hexdigest()
