@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import socket
+import stat
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -79,13 +80,40 @@ def node_id_from_session_dir(session_dir: Path) -> str | None:
         return None
     if newest is not None:
         return newest[1]
-    try:
-        with open(session_dir / "logs" / "raylet.out", "rb") as fh:
-            head = fh.read(64 * 1024)
-    except OSError:
+    head = _read_head(session_dir, "logs", "raylet.out")
+    if head is None:
         return None
     found = _RAYLET_NODE_LINE.search(head)
     return found.group(1).decode() if found else None
+
+
+def _read_head(session_dir: Path, *parts: str, limit: int = 64 * 1024) -> bytes | None:
+    """The first bytes of a regular file below ``session_dir``, reached without
+    following a link (the job may plant one) and without blocking on a FIFO
+    (a plain open() of one waits forever for a writer)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(session_dir, flags | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        for part in parts[:-1]:
+            child = os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        file_fd = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+            return None
+        return os.read(file_fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(file_fd)
 
 
 def node_id_from_file(tmp_root: Path) -> str | None:

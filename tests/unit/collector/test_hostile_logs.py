@@ -16,6 +16,7 @@ import pytest
 from runtime.collector.log_files import UnsafePathError, iter_log_files, open_log_file
 from runtime.collector.logs import LogShipper
 from runtime.collector.logs_prev import UploadJob
+from runtime.collector.session_files import node_id_from_session_dir
 from tests.unit.collector.test_logs import (
     NODE_A,
     NODE_B,
@@ -194,3 +195,29 @@ def test_a_prev_logs_delete_never_goes_through_a_swapped_link(env: Env, outside:
     wait_for(holds(store, key(SESSION_OLD, NODE_B, "sub/victim.log"), SECRET))
     shipper.stop(time.monotonic() + 5)
     assert twin.read_bytes() == SECRET
+
+
+def test_the_node_id_is_never_read_through_a_link_nor_blocks_on_a_fifo(tmp_path: Path) -> None:
+    """``node_id_from_session_dir`` reads the head of ``logs/raylet.out``: a link
+    there must not be followed, and a FIFO must not hang the shipper's loop."""
+    planted = tmp_path / "elsewhere.out"
+    planted.write_bytes(f"Setting node ID node_id={'e' * 56}\n".encode())
+    linked = tmp_path / "linked_session"
+    (linked / "logs").mkdir(parents=True)
+    (linked / "logs" / "raylet.out").symlink_to(planted)
+    assert node_id_from_session_dir(linked) is None
+    dir_linked = tmp_path / "dir_linked_session"
+    dir_linked.mkdir()
+    (dir_linked / "logs").symlink_to(planted.parent, target_is_directory=True)
+    planted.rename(planted.with_name("raylet.out"))
+    assert node_id_from_session_dir(dir_linked) is None
+    fifo = tmp_path / "fifo_session"
+    (fifo / "logs").mkdir(parents=True)
+    os.mkfifo(fifo / "logs" / "raylet.out")
+    started = time.monotonic()
+    assert node_id_from_session_dir(fifo) is None
+    assert time.monotonic() - started < 1.0
+    real = tmp_path / "real_session"
+    (real / "logs").mkdir(parents=True)
+    (real / "logs" / "raylet.out").write_bytes(f"Setting node ID node_id={'a' * 56}\n".encode())
+    assert node_id_from_session_dir(real) == "a" * 56
