@@ -1,0 +1,216 @@
+"""The Flask side of access control: who is calling (every request) and may they read this namespace.
+
+* ``before_request`` establishes ``g.identity`` on every request except the open probes
+  (``/livez``, ``/readz``, ``/metrics``: they reveal no session data), or answers 401
+  (503 when the authenticator could not be asked).
+* Views that touch a namespace's data call :func:`authorize` (the session route wrapper,
+  ``/enter_cluster``, the live proxy) or :func:`readable_namespaces` (``/clusters``); each
+  decision is one audit line.
+* ``after_request`` fails closed: a successful answer from a route that is neither
+  namespace-free nor made a decision is replaced by a 500, so a route added later
+  without a check can never leak.
+
+Selection cookies only *select* a session; the namespace they name is authorized on
+every request like any other.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from flask import Flask, Response, g, jsonify, request
+
+from runtime.server.auth.model import (
+    ANONYMOUS,
+    AuthError,
+    AuthUnavailableError,
+    ForbiddenError,
+    Identity,
+    UnauthenticatedError,
+)
+
+logger = logging.getLogger(__name__)
+audit_logger = logging.getLogger("runtime.server.audit")
+
+EXTENSION = "historyserver.auth"
+#: Probes and metrics: open by design, no session data.
+OPEN_ENDPOINTS = frozenset({"health.livez", "health.readz", "health.metrics"})
+#: Routes that serve no namespace's data (the UI's files, the picker's page, login/logout).
+NAMESPACE_FREE_ENDPOINTS = frozenset(
+    {
+        "ui.index",
+        "ui.static_file",
+        "clusters.select_cluster",
+        "clusters.select_cluster_js",
+        "clusters.select_cluster_css",
+        "auth.login",
+        "auth.callback",
+        "auth.logout",
+    }
+)
+
+
+class Authenticator(Protocol):
+    """One way to establish an identity from a request."""
+
+    name: str
+
+    def identify(self) -> Identity | None:
+        """The caller, None when this request carries none of this authenticator's credentials.
+
+        Raises:
+            UnauthenticatedError: credentials of this kind are present but invalid.
+            AuthUnavailableError: the authenticator could not be asked.
+        """
+
+
+class Authorizer(Protocol):
+    def may_read(self, who: Identity, namespace: str) -> bool:
+        """Whether ``who`` may read ``namespace``'s history; AuthUnavailableError when it cannot tell."""
+
+
+class AllowAll:
+    """``--authz none`` (only with ``--auth none``)."""
+
+    def may_read(self, who: Identity, namespace: str) -> bool:
+        return True
+
+
+@dataclass
+class AccessControl:
+    """What ``create_app`` installs: the authenticators in order, the authorizer, and the
+    login URL browsers without credentials are sent to (OIDC), if any."""
+
+    authenticators: tuple[Authenticator, ...]
+    authorizer: Authorizer
+    login_url: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.authenticators)
+
+
+def access_control() -> AccessControl:
+    from flask import current_app
+
+    found: AccessControl = current_app.extensions[EXTENSION]
+    return found
+
+
+def _audit(who: Identity, namespace: str, allowed: bool, cluster: str, session: str) -> None:
+    fields = {
+        "identity": who.user,
+        "via": who.via,
+        "namespace": namespace,
+        "cluster": cluster,
+        "session": session,
+        "route": request.path,
+        "decision": "allow" if allowed else "deny",
+    }
+    audit_logger.info(
+        "access %s %s ns=%s cluster=%s session=%s route=%s",
+        fields["decision"],
+        who.user,
+        namespace,
+        cluster,
+        session,
+        request.path,
+        extra={"audit": fields},
+    )
+
+
+def authorize(namespace: str, *, cluster: str = "", session: str = "") -> None:
+    """Allow the request to read ``namespace``, or raise :class:`ForbiddenError` / :class:`AuthUnavailableError`."""
+    control = access_control()
+    who: Identity = g.get("identity", ANONYMOUS)
+    allowed = control.authorizer.may_read(who, namespace)
+    g.auth_decided = True
+    if control.enabled:
+        _audit(who, namespace, allowed, cluster, session)
+    if not allowed:
+        raise ForbiddenError(f"{who.user} may not read namespace {namespace}")
+
+
+def readable_namespaces(namespaces: Iterable[str]) -> set[str]:
+    """The subset of ``namespaces`` the caller may read (each decided once, each audited)."""
+    control = access_control()
+    who: Identity = g.get("identity", ANONYMOUS)
+    g.auth_decided = True
+    allowed = set()
+    for namespace in sorted(set(namespaces)):
+        ok = control.authorizer.may_read(who, namespace)
+        if control.enabled:
+            _audit(who, namespace, ok, "*", "*")
+        if ok:
+            allowed.add(namespace)
+    return allowed
+
+
+def _refusal(failure: AuthError) -> Response:
+    response = jsonify({"result": False, "msg": failure.message, "data": {}})
+    response.status_code = failure.status
+    if isinstance(failure, AuthUnavailableError):
+        response.headers["Retry-After"] = str(failure.retry_after)
+    if isinstance(failure, UnauthenticatedError):
+        response.headers["WWW-Authenticate"] = 'Bearer realm="ray-history"'
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _wants_html() -> bool:
+    accept = request.accept_mimetypes
+    return request.method == "GET" and accept.best_match(["text/html", "application/json"]) == "text/html"
+
+
+def install(app: Flask, control: AccessControl, redirect: Callable[[str], Response] | None = None) -> None:
+    """Register the hooks; ``redirect`` sends a browser to ``control.login_url`` (OIDC)."""
+    app.extensions[EXTENSION] = control
+
+    @app.errorhandler(AuthError)
+    def _refuse(failure: AuthError) -> Response:
+        return _refusal(failure)
+
+    if not control.enabled:
+        g_default = ANONYMOUS
+
+        @app.before_request
+        def _anonymous() -> None:
+            g.identity = g_default
+
+        return
+
+    @app.before_request
+    def _authenticate() -> Response | None:
+        g.auth_decided = False
+        if request.endpoint in OPEN_ENDPOINTS or request.endpoint in ("auth.login", "auth.callback"):
+            return None
+        for authenticator in control.authenticators:
+            found = authenticator.identify()
+            if found is not None:
+                g.identity = found
+                return None
+        if control.login_url and redirect is not None and _wants_html():
+            return redirect(control.login_url)
+        raise UnauthenticatedError("authentication required: send Authorization: Bearer <token> or log in")
+
+    @app.after_request
+    def _fail_closed(response: Response) -> Response:
+        endpoint = request.endpoint
+        if (
+            response.status_code < 400
+            and endpoint not in OPEN_ENDPOINTS
+            and endpoint not in NAMESPACE_FREE_ENDPOINTS
+            and not g.get("auth_decided", False)
+            and not g.get("auth_no_data", False)
+        ):
+            logger.error("route %s answered without an access decision: refused", endpoint)
+            return _refusal(AuthUnavailableError("internal error: this route made no access decision"))
+        return response
+
+
+def no_namespace_data() -> None:
+    """Mark this answer as carrying no namespace's data (a UI file from the catch-all route)."""
+    g.auth_no_data = True

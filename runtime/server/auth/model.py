@@ -1,0 +1,59 @@
+"""Who is asking, and the three ways a check can refuse: 401, 403, 503.
+
+Every failure of an authentication or authorization *mechanism* (API server, identity
+provider or JWKS unreachable, a malformed answer) is :class:`AuthUnavailableError`, answered
+503 with ``Retry-After``: the server fails closed, it never allows on error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Identity:
+    """An authenticated caller.
+
+    Attributes:
+        user: the user name Kubernetes RBAC knows (TokenReview's ``user.username``,
+            the OIDC / IAP / ALB e-mail or subject).
+        groups: its groups (RBAC groups, the OIDC groups claim).
+        via: the authenticator that established it (``kubernetes``, ``oidc``, ``iap``, ``alb``, ``none``).
+    """
+
+    user: str
+    groups: tuple[str, ...] = ()
+    via: str = "none"
+
+
+#: The caller of a server started with ``--auth none`` (the local quickstart).
+ANONYMOUS = Identity(user="system:anonymous", groups=("system:unauthenticated",), via="none")
+
+
+class AuthError(Exception):
+    """A refused request; ``status`` is the HTTP status it is answered with."""
+
+    status = 401
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class UnauthenticatedError(AuthError):
+    """No credentials, or credentials that do not establish an identity (401)."""
+
+    status = 401
+
+
+class ForbiddenError(AuthError):
+    """An identity that may not read the namespace it asked for (403)."""
+
+    status = 403
+
+
+class AuthUnavailableError(AuthError):
+    """The mechanism that would decide could not be asked (503, ``Retry-After``)."""
+
+    status = 503
+    retry_after = 5

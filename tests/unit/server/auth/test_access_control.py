@@ -1,0 +1,280 @@
+"""runtime/server/auth with the real ``kubernetes`` client against the TokenReview / SubjectAccessReview stand-in.
+
+A minimal Flask app carries the hooks, so each behaviour is checked over real HTTP
+requests: 401 without or with bad credentials, 403 on another namespace, 503 (never an
+allow) when the API server is down, caching by token hash, and the fail-closed net for a
+route that forgets to decide.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from flask import Blueprint, Flask, jsonify
+
+from runtime.server.auth import (
+    AccessControl,
+    AuthUnavailableError,
+    build_access_control,
+    install,
+    parse_auth,
+    readable_namespaces,
+)
+from runtime.server.auth import authorize as authorize_namespace
+from runtime.server.auth.kubernetes import KubernetesReviews, ResourceCheck, token_fingerprint, token_lifetime
+from runtime.server.auth.model import Identity
+from tests.support.k8s_auth_stub import AuthApiStub, auth_api_stub
+
+ALICE = "alice-token"
+BOB = "bob-token"
+
+
+@pytest.fixture
+def stub() -> Iterator[AuthApiStub]:
+    with auth_api_stub() as api:
+        api.tokens = {ALICE: ("alice@example.com", ("team-a",)), BOB: ("bob@example.com", ("team-b",))}
+        api.access = {("team-a", "team-a"), ("bob@example.com", "team-b")}
+        yield api
+
+
+def _app(control: AccessControl) -> Flask:
+    app = Flask(__name__)
+    health = Blueprint("health", __name__)
+    data = Blueprint("data", __name__)
+
+    @health.get("/livez")
+    def livez() -> str:
+        return "ok"
+
+    @data.get("/data/<namespace>")
+    def read(namespace: str) -> object:
+        authorize_namespace(namespace, cluster="c", session="s")
+        return jsonify({"namespace": namespace, "secret": f"logs of {namespace}"})
+
+    @data.get("/list")
+    def listing() -> object:
+        return jsonify(sorted(readable_namespaces(["team-a", "team-b", "team-c"])))
+
+    @data.get("/forgot")
+    def forgot() -> object:
+        return jsonify({"leak": "data of some namespace"})
+
+    app.register_blueprint(health)
+    app.register_blueprint(data)
+    install(app, control)
+    return app
+
+
+def _kube_app(stub: AuthApiStub) -> Flask:
+    config = parse_auth("kubernetes", "kubernetes")
+    return _app(build_access_control(config, stub.api_client))
+
+
+def _get(
+    app: Flask, path: str, token: str | None = None
+) -> tuple[int, dict[str, object] | list[object], dict[str, str]]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    response = app.test_client().get(path, headers=headers)
+    return response.status_code, response.get_json(silent=True), dict(response.headers)
+
+
+def test_allowed_user_reads_its_namespace_and_only_it(stub: AuthApiStub) -> None:
+    app = _kube_app(stub)
+    status, body, _ = _get(app, "/data/team-a", ALICE)
+    assert (status, body) == (200, {"namespace": "team-a", "secret": "logs of team-a"})
+    status, body, _ = _get(app, "/data/team-b", ALICE)
+    assert status == 403
+    assert isinstance(body, dict) and "alice@example.com may not read namespace team-b" in str(body["msg"])
+    assert "logs of" not in json.dumps(body)
+
+
+def test_listing_is_filtered_per_caller(stub: AuthApiStub) -> None:
+    app = _kube_app(stub)
+    assert _get(app, "/list", ALICE)[1] == ["team-a"]
+    assert _get(app, "/list", BOB)[1] == ["team-b"]
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        ({}, "authentication required"),
+        ({"Authorization": "Bearer not-a-known-token"}, "not accepted"),
+        ({"Authorization": "Basic YWxpY2U6cHc="}, "must be 'Bearer <token>'"),
+        ({"Authorization": "Bearer "}, "must be 'Bearer <token>'"),
+    ],
+)
+def test_missing_or_bad_credentials_are_401(stub: AuthApiStub, headers: dict[str, str], message: str) -> None:
+    response = _kube_app(stub).test_client().get("/data/team-a", headers=headers)
+    assert response.status_code == 401
+    assert message in response.get_json()["msg"]
+    assert response.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+def test_api_server_down_is_503_never_an_allow(stub: AuthApiStub) -> None:
+    app = _kube_app(stub)
+    stub.down = True
+    status, body, headers = _get(app, "/data/team-a", ALICE)
+    assert status == 503 and headers["Retry-After"] == "5"
+    assert "Kubernetes API did not answer" in str(body)
+    # Authenticated earlier (cached), but the access decision cannot be made: still 503.
+    stub.down = False
+    assert _get(app, "/data/team-a", ALICE)[0] == 200
+    stub.down = True
+    assert _get(app, "/data/team-b", ALICE)[0] == 503
+
+
+def test_probes_stay_open_without_credentials(stub: AuthApiStub) -> None:
+    stub.down = True
+    response = _kube_app(stub).test_client().get("/livez")
+    assert (response.status_code, response.data) == (200, b"ok")
+
+
+def test_a_route_without_a_decision_fails_closed(stub: AuthApiStub, caplog: pytest.LogCaptureFixture) -> None:
+    status, body, _ = _get(_kube_app(stub), "/forgot", ALICE)
+    assert status == 503
+    assert "made no access decision" in str(body) and "data of some namespace" not in str(body)
+    assert "answered without an access decision" in caplog.text
+
+
+def test_reviews_are_cached_by_token_hash_and_decision(stub: AuthApiStub) -> None:
+    app = _kube_app(stub)
+    for _ in range(3):
+        assert _get(app, "/data/team-a", ALICE)[0] == 200
+    assert len(stub.token_reviews) == 1
+    assert len(stub.access_reviews) == 1
+    reviews = app.extensions["historyserver.auth"].authenticators[0].reviews
+    assert ALICE not in repr(reviews._tokens._entries)  # keyed by hash only
+    assert token_fingerprint(ALICE) in reviews._tokens._entries
+
+
+def test_review_request_shapes(stub: AuthApiStub) -> None:
+    _get(_kube_app(stub), "/data/team-a", ALICE)
+    token_review = stub.token_reviews[0]
+    assert (token_review["apiVersion"], token_review["kind"]) == ("authentication.k8s.io/v1", "TokenReview")
+    assert token_review["spec"] == {"token": ALICE}
+    spec = stub.access_reviews[0]["spec"]
+    assert spec == {
+        "user": "alice@example.com",
+        "groups": ["team-a"],
+        "resourceAttributes": {"namespace": "team-a", "verb": "get", "group": "ray.io", "resource": "rayclusters"},
+    }
+
+
+def test_authz_resource_is_configurable(stub: AuthApiStub) -> None:
+    config = parse_auth("kubernetes", "kubernetes", resource="list:pods")
+    app = _app(build_access_control(config, stub.api_client))
+    _get(app, "/data/team-a", ALICE)
+    attributes = stub.access_reviews[0]["spec"]["resourceAttributes"]
+    assert (attributes["verb"], attributes["group"], attributes["resource"]) == ("list", "", "pods")
+
+
+def _jwt(exp: float) -> str:
+    def part(value: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'RS256'})}.{part({'exp': exp, 'sub': 'x'})}.signature"
+
+
+def test_token_cache_lifetime_is_bounded_by_expiry_and_five_minutes() -> None:
+    now = time.time()
+    assert token_lifetime(_jwt(now + 60), now) == pytest.approx(60)
+    assert token_lifetime(_jwt(now + 3600), now) == 300
+    assert token_lifetime(_jwt(now - 5), now) <= 0  # expired: never cached
+    assert token_lifetime("opaque-token", now) == 300
+
+
+def test_an_expired_token_is_asked_again(stub: AuthApiStub) -> None:
+    expired = _jwt(time.time() - 1)
+    stub.tokens[expired] = ("carol@example.com", ("team-a",))
+    app = _kube_app(stub)
+    assert _get(app, "/data/team-a", expired)[0] == 200
+    del stub.tokens[expired]  # the API server now rejects it
+    assert _get(app, "/data/team-a", expired)[0] == 401
+
+
+def test_audit_line_per_decision(stub: AuthApiStub, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="runtime.server.audit")
+    app = _kube_app(stub)
+    _get(app, "/data/team-a", ALICE)
+    _get(app, "/data/team-b", ALICE)
+    audits = [r.audit for r in caplog.records if hasattr(r, "audit")]  # type: ignore[attr-defined]
+    assert audits == [
+        {
+            "identity": "alice@example.com",
+            "via": "kubernetes",
+            "namespace": "team-a",
+            "cluster": "c",
+            "session": "s",
+            "route": "/data/team-a",
+            "decision": "allow",
+        },
+        {
+            "identity": "alice@example.com",
+            "via": "kubernetes",
+            "namespace": "team-b",
+            "cluster": "c",
+            "session": "s",
+            "route": "/data/team-b",
+            "decision": "deny",
+        },
+    ]
+    assert ALICE not in caplog.text
+
+
+def test_static_policy_with_globs_and_reload(stub: AuthApiStub, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("namespaces:\n  team-*:\n    groups: [team-a]\n  team-b:\n    users: ['bob@*']\n")
+    app = _app(build_access_control(parse_auth("kubernetes", "static", policy_file=str(policy)), stub.api_client))
+    assert _get(app, "/list", ALICE)[1] == ["team-a", "team-b", "team-c"]
+    assert _get(app, "/list", BOB)[1] == ["team-b"]
+    policy.write_text("namespaces:\n  team-c:\n    groups: [team-a]\n")
+    future = time.time() + 5
+    import os
+
+    os.utime(policy, (future, future))
+    assert _get(app, "/list", ALICE)[1] == ["team-c"]
+    policy.write_text("namespaces: [broken")  # a broken file keeps the last good policy
+    os.utime(policy, (future + 5, future + 5))
+    assert _get(app, "/list", ALICE)[1] == ["team-c"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("none,kubernetes", ""), "--auth: none cannot be combined"),
+        (("kubernetes", "none"), "--authz none is only allowed with --auth none"),
+        (("kubernetes", ""), "--authz: '' is not one of"),
+        (("none", "kubernetes"), "--authz kubernetes needs --auth"),
+        (("ldap", ""), "--auth: 'ldap' is not one of"),
+        (("kubernetes", "static"), "--authz-policy: a policy file is required"),
+    ],
+)
+def test_bad_combinations_name_the_flag(args: tuple[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        parse_auth(*args)
+
+
+def test_bad_resource_names_the_flag() -> None:
+    with pytest.raises(ValueError, match="--authz-resource"):
+        parse_auth("kubernetes", "kubernetes", resource="get:")
+    assert ResourceCheck.parse("get:rayclusters.ray.io") == ResourceCheck()
+
+
+def test_reviews_without_the_servers_rbac_say_what_is_missing(stub: AuthApiStub) -> None:
+    class Refusing:
+        def create_token_review(self, *_: object, **__: object) -> object:
+            from kubernetes.client.exceptions import ApiException
+
+            raise ApiException(status=403, reason="ForbiddenError")
+
+    reviews = KubernetesReviews(stub.api_client())
+    reviews._authn = Refusing()  # type: ignore[assignment]
+    with pytest.raises(AuthUnavailableError, match="needs create on tokenreviews"):
+        reviews.identity(ALICE)
+    assert reviews.may_read(Identity("alice@example.com", ("team-a",)), "team-a") is True
