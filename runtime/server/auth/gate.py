@@ -3,9 +3,11 @@
 * ``before_request`` establishes ``g.identity`` on every request except the open probes
   (``/livez``, ``/readz``, ``/metrics``: they reveal no session data), or answers 401
   (503 when the authenticator could not be asked).
-* Views that touch a namespace's data call :func:`authorize` (the session route wrapper,
-  ``/enter_cluster``, the live proxy) or :func:`readable_namespaces` (``/clusters``); each
-  decision is one audit line.
+* Then, in the same hook, the namespace the request reads is authorized: the
+  ``<namespace>`` of the route (``/enter_cluster/...``) or, for every Dashboard route and
+  the live proxy, the namespace the selection cookies name. One place, so a route added
+  later is checked without doing anything. Listings (``/clusters``) filter with
+  :func:`readable_namespaces`. Each decision is one audit line.
 * ``after_request`` fails closed: a successful answer from a route that is neither
   namespace-free nor made a decision is replaced by a 500, so a route added later
   without a check can never leak.
@@ -122,7 +124,7 @@ def _audit(who: Identity, namespace: str, allowed: bool, cluster: str, session: 
     )
 
 
-def authorize(namespace: str, *, cluster: str = "", session: str = "") -> None:
+def authorize(namespace: str, cluster: str = "", session: str = "") -> None:
     """Allow the request to read ``namespace``, or raise :class:`ForbiddenError` / :class:`AuthUnavailableError`."""
     control = access_control()
     who: Identity = g.get("identity", ANONYMOUS)
@@ -191,10 +193,16 @@ def install(app: Flask, control: AccessControl, redirect: Callable[[str], Respon
             found = authenticator.identify()
             if found is not None:
                 g.identity = found
-                return None
-        if control.login_url and redirect is not None and _wants_html():
-            return redirect(control.login_url)
-        raise UnauthenticatedError("authentication required: send Authorization: Bearer <token> or log in")
+                break
+        else:
+            if control.login_url and redirect is not None and _wants_html():
+                return redirect(control.login_url)
+            raise UnauthenticatedError("authentication required: send Authorization: Bearer <token> or log in")
+        if request.endpoint not in NAMESPACE_FREE_ENDPOINTS:
+            target = requested_namespace()
+            if target is not None:
+                authorize(*target)
+        return None
 
     @app.after_request
     def _fail_closed(response: Response) -> Response:
@@ -209,6 +217,29 @@ def install(app: Flask, control: AccessControl, redirect: Callable[[str], Respon
             logger.error("route %s answered without an access decision: refused", endpoint)
             return _refusal(AuthUnavailableError("internal error: this route made no access decision"))
         return response
+
+
+def requested_namespace() -> tuple[str, str, str] | None:
+    """``(namespace, cluster, session)`` this request reads, from the route or the selection
+    cookies; None when it names none (the view then answers 4xx, or lists with a filter)."""
+    from runtime.server.selection import COOKIE_CLUSTER, COOKIE_NAMESPACE, COOKIE_SESSION
+    from runtime.storage.errors import InvalidKeyError
+    from runtime.storage.layout import validate_namespace
+
+    args = request.view_args or {}
+    if isinstance(args.get("namespace"), str):
+        namespace, cluster, session = args["namespace"], str(args.get("name", "")), str(args.get("session", ""))
+    else:
+        cookies = request.cookies
+        namespace = cookies.get(COOKIE_NAMESPACE, "")
+        cluster, session = cookies.get(COOKIE_CLUSTER, ""), cookies.get(COOKIE_SESSION, "")
+    if not namespace:
+        return None
+    try:
+        validate_namespace(namespace)
+    except InvalidKeyError:
+        return None  # not a namespace: the view refuses it (400) before reading anything
+    return namespace, cluster, session
 
 
 def no_namespace_data() -> None:

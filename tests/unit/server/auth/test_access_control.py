@@ -52,10 +52,21 @@ def _app(control: AccessControl) -> Flask:
     def livez() -> str:
         return "ok"
 
-    @data.get("/data/<namespace>")
-    def read(namespace: str) -> object:
-        authorize_namespace(namespace, cluster="c", session="s")
+    @data.get("/data/<namespace>")  # the gate authorizes <namespace> before the view runs
+    @data.get("/data/<namespace>/<name>/<session>")
+    def read(namespace: str, name: str = "", session: str = "") -> object:
         return jsonify({"namespace": namespace, "secret": f"logs of {namespace}"})
+
+    @data.get("/by-cookie")
+    def by_cookie() -> object:
+        from flask import request
+
+        return jsonify({"secret": f"logs of {request.cookies.get('cluster_namespace')}"})
+
+    @data.get("/explicit/<ns>")
+    def explicit(ns: str) -> object:
+        authorize_namespace(ns, "c", "s")
+        return jsonify({"namespace": ns})
 
     @data.get("/list")
     def listing() -> object:
@@ -92,6 +103,25 @@ def test_allowed_user_reads_its_namespace_and_only_it(stub: AuthApiStub) -> None
     assert status == 403
     assert isinstance(body, dict) and "alice@example.com may not read namespace team-b" in str(body["msg"])
     assert "logs of" not in json.dumps(body)
+
+
+def test_selection_cookies_are_authorized_on_every_request(stub: AuthApiStub) -> None:
+    """Cookies select a session; they are never a capability: a forged cookie for another namespace is 403."""
+    client = _kube_app(stub).test_client()
+    client.set_cookie("cluster_namespace", "team-b")
+    client.set_cookie("cluster_name", "c")
+    client.set_cookie("session_name", "s")
+    answer = client.get("/by-cookie", headers={"Authorization": f"Bearer {ALICE}"})
+    assert answer.status_code == 403 and "logs of" not in answer.get_data(as_text=True)
+    client.set_cookie("cluster_namespace", "team-a")
+    answer = client.get("/by-cookie", headers={"Authorization": f"Bearer {ALICE}"})
+    assert answer.get_json() == {"secret": "logs of team-a"}
+
+
+def test_views_may_decide_explicitly(stub: AuthApiStub) -> None:
+    app = _kube_app(stub)
+    assert _get(app, "/explicit/team-a", ALICE)[0] == 200
+    assert _get(app, "/explicit/team-b", ALICE)[0] == 403
 
 
 def test_listing_is_filtered_per_caller(stub: AuthApiStub) -> None:
@@ -201,8 +231,8 @@ def test_an_expired_token_is_asked_again(stub: AuthApiStub) -> None:
 def test_audit_line_per_decision(stub: AuthApiStub, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="runtime.server.audit")
     app = _kube_app(stub)
-    _get(app, "/data/team-a", ALICE)
-    _get(app, "/data/team-b", ALICE)
+    _get(app, "/data/team-a/c/s", ALICE)
+    _get(app, "/data/team-b/c/s", ALICE)
     audits = [r.audit for r in caplog.records if hasattr(r, "audit")]  # type: ignore[attr-defined]
     assert audits == [
         {
@@ -211,7 +241,7 @@ def test_audit_line_per_decision(stub: AuthApiStub, caplog: pytest.LogCaptureFix
             "namespace": "team-a",
             "cluster": "c",
             "session": "s",
-            "route": "/data/team-a",
+            "route": "/data/team-a/c/s",
             "decision": "allow",
         },
         {
@@ -220,7 +250,7 @@ def test_audit_line_per_decision(stub: AuthApiStub, caplog: pytest.LogCaptureFix
             "namespace": "team-b",
             "cluster": "c",
             "session": "s",
-            "route": "/data/team-b",
+            "route": "/data/team-b/c/s",
             "decision": "deny",
         },
     ]
