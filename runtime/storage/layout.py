@@ -12,7 +12,8 @@ implementation is readable by the other::
     P/{session}/{node}/job_events/{job}/{node}-{YYYY-MM-DD-HH}-{nanos}.jsonl[.gz]
     P/{session}/fetched_endpoints/restful__{path with / -> __, query kept}
 
-Nothing else in the code base builds or parses these keys. Every component that
+Nothing else in the code base builds or parses these keys (the parsing side is
+:mod:`runtime.storage.session_keys`). Every component that
 comes from outside is checked against a whitelist, so ``..``, absolute paths and
 separators inside one component are rejected before any I/O.
 """
@@ -238,6 +239,10 @@ class KeyLayout:
         return "/".join(p for p in (self.root, *parts) if p)
 
     # cluster-history --------------------------------------------------------
+    def history_prefix(self) -> str:
+        """``{root}/cluster-history/``: every session's objects lie below it."""
+        return self._join(CLUSTER_HISTORY) + "/"
+
     def cluster_prefix(self, cluster: ClusterRef) -> str:
         """``{root}/cluster-history/{kind}/{ns}/[{owner}/]{cluster}`` (no trailing /)."""
         if cluster.has_owner:

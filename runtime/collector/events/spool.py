@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.collector.events.parse import SpoolTarget
+from runtime.storage.session_keys import event_dir_parts, split_event_path
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +40,6 @@ ACTIVE_SUFFIX = ".jsonl.open"
 READY_SUFFIX = ".jsonl"
 GZ_SUFFIX = ".jsonl.gz"
 UNKNOWN_NODE = "_unknown"
-NODE_EVENTS = "node_events"
-JOB_EVENTS = "job_events"
 DEFAULT_MAX_OPEN_FILES = 256
 CLOSED = -1
 
@@ -177,8 +176,9 @@ class Spool:
             future.result()
 
     def _open(self, target: SpoolTarget) -> _Active:
-        directory = self.dir / target.session / (target.node or UNKNOWN_NODE)
-        directory = directory / JOB_EVENTS / target.job if target.job else directory / NODE_EVENTS
+        # The spool mirrors the stored layout, so its paths are built and read by
+        # the same rules as the keys (runtime.storage.session_keys).
+        directory = self.dir.joinpath(target.session, target.node or UNKNOWN_NODE, *event_dir_parts(target.job))
         directory.mkdir(parents=True, exist_ok=True)
         opened_ns = self._clock_ns()
         path = directory / f"{opened_ns}{ACTIVE_SUFFIX}"
@@ -350,13 +350,11 @@ class Spool:
         return ReadyFile(path, target.session, target.node, target.job, int(stem), size, None)
 
     def _target_from_path(self, path: Path) -> SpoolTarget | None:
-        parts = path.relative_to(self.dir).parts
-        if len(parts) == 4 and parts[2] == NODE_EVENTS:
-            session, node, job = parts[0], parts[1], None
-        elif len(parts) == 5 and parts[2] == JOB_EVENTS:
-            session, node, job = parts[0], parts[1], parts[3]
-        else:
+        session, *rest = path.relative_to(self.dir).parts
+        found = split_event_path(rest)
+        if found is None:
             return None
+        node, job, _name = found
         return SpoolTarget(session, None if node == UNKNOWN_NODE else node, job)
 
     def close(self) -> None:

@@ -35,7 +35,7 @@ import orjson
 from runtime.server.errors import SessionLoadError
 from runtime.server.index import schema
 from runtime.server.index.cpus import usable_cpus
-from runtime.server.index.fingerprint import fingerprints, rel_key
+from runtime.server.index.fingerprint import fingerprints
 from runtime.server.replay.jobs import merge_jobs, parse_snapshot
 from runtime.server.replay.log_events import LogEvents
 from runtime.server.replay.pool import WorkerError, WorkerPool
@@ -47,6 +47,7 @@ from runtime.server.replay.tables import insert_actors, insert_jobs, insert_node
 from runtime.storage.base import ObjectInfo, ObjectStore
 from runtime.storage.errors import StorageError
 from runtime.storage.layout import ClusterRef, KeyLayout
+from runtime.storage.session_keys import relative_key
 
 logger = logging.getLogger(__name__)
 
@@ -352,7 +353,7 @@ def _unlink_all(path: Path) -> None:
 
 def _objects(listing: Sequence[ObjectInfo], prefix: str) -> Iterator[tuple[str, int, str]]:
     for info in listing:
-        yield rel_key(info.key, prefix), info.size, info.version or ""
+        yield relative_key(info.key, prefix), info.size, info.version or ""
 
 
 def _append_shards(conn: sqlite3.Connection, paths: list[Path]) -> None:

@@ -45,7 +45,8 @@ from runtime.server.index.schema import (
     SCHEMA_VERSION,
 )
 from runtime.storage.base import ObjectInfo, ObjectStore
-from runtime.storage.layout import JOB_EVENTS_DIR, NODE_EVENTS_DIR, ClusterRef, KeyLayout
+from runtime.storage.layout import ClusterRef, KeyLayout
+from runtime.storage.session_keys import is_readable_event_file, parse_session_key, relative_key
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -160,7 +161,8 @@ class IndexCache:
 
     def _build(self, cluster: ClusterRef, session: str, path: Path, listing: Sequence[ObjectInfo]) -> None:
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.building")
-        event_bytes = sum(info.size for info in listing if _is_event_key(info.key))
+        prefix = self.layout.session_prefix(cluster, session)
+        event_bytes = sum(info.size for info in listing if _is_event_key(info.key, prefix))
         in_child = event_bytes > self.config.subprocess_build_bytes
         mode = "subprocess" if in_child else "inline"
         started = time.perf_counter()
@@ -262,8 +264,9 @@ def _stamp_path(path: Path) -> Path:
     return path.with_suffix(".checked")
 
 
-def _is_event_key(key: str) -> bool:
-    return f"/{NODE_EVENTS_DIR}/" in key or f"/{JOB_EVENTS_DIR}/" in key
+def _is_event_key(key: str, session_prefix: str) -> bool:
+    """An event object the build replays: what sizes the build (inline or child)."""
+    return is_readable_event_file(parse_session_key(relative_key(key, session_prefix)))
 
 
 def _schema_ok(path: Path) -> bool:

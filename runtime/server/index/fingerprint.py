@@ -14,35 +14,31 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 
-from runtime.server.replay.log_events import is_log_event_key
 from runtime.storage.base import ObjectInfo
-from runtime.storage.layout import (
-    ENDPOINTS_DIR,
-    JOB_EVENTS_DIR,
-    NODE_EVENTS_DIR,
-    endpoint_storage_name,
-    is_event_file_name,
+from runtime.storage.layout import endpoint_storage_name
+from runtime.storage.session_keys import (
+    EndpointSnapshot,
+    LogFile,
+    SessionKey,
+    is_readable_event_file,
+    parse_session_key,
+    relative_key,
 )
 
-JOBS_SNAPSHOT = f"{ENDPOINTS_DIR}/{endpoint_storage_name('/api/jobs/')}"
+#: The stored ``/api/jobs/`` answer: job status the events alone do not carry.
+JOBS_SNAPSHOT = endpoint_storage_name("/api/jobs/")
 
 
-def rel_key(key: str, session_prefix: str) -> str:
-    return key[len(session_prefix) :] if key.startswith(session_prefix) else key
+def is_jobs_snapshot(item: SessionKey | None) -> bool:
+    return isinstance(item, EndpointSnapshot) and item.name == JOBS_SNAPSHOT
 
 
-def is_event_object(rel: str) -> bool:
-    """An export-event object the history server reads (server.md §2.1, §6.2)."""
-    parts = rel.split("/")
-    if len(parts) == 3 and parts[1] == NODE_EVENTS_DIR:
-        return is_event_file_name(parts[2])
-    if len(parts) == 4 and parts[1] == JOB_EVENTS_DIR and parts[2]:
-        return is_event_file_name(parts[3])
-    return False
+def is_log_events(item: SessionKey | None) -> bool:
+    return isinstance(item, LogFile) and item.is_log_events
 
 
-def is_build_input(rel: str) -> bool:
-    return is_event_object(rel) or rel == JOBS_SNAPSHOT or is_log_event_key(rel)
+def is_build_input(item: SessionKey | None) -> bool:
+    return is_readable_event_file(item) or is_jobs_snapshot(item) or is_log_events(item)
 
 
 def _digest(entries: Iterable[tuple[str, int, str]]) -> str:
@@ -54,6 +50,6 @@ def _digest(entries: Iterable[tuple[str, int, str]]) -> str:
 
 def fingerprints(listing: Sequence[ObjectInfo], session_prefix: str) -> tuple[str, str]:
     """(events_fingerprint, objects_fingerprint) as hex digests of sorted (rel key, size, version)."""
-    everything = [(rel_key(info.key, session_prefix), info.size, info.version or "") for info in listing]
-    events = [entry for entry in everything if is_build_input(entry[0])]
+    everything = [(relative_key(info.key, session_prefix), info.size, info.version or "") for info in listing]
+    events = [entry for entry in everything if is_build_input(parse_session_key(entry[0]))]
     return _digest(events), _digest(everything)

@@ -7,13 +7,18 @@ listing or a worker-file lookup costs an indexed range scan, not a storage listi
 
 from __future__ import annotations
 
-import re
-
 from runtime.server.index.reader import SessionIndex
 from runtime.server.logs.resolve import ActorLogRow, TaskLogRow
-from runtime.storage.layout import LOGS_DIR
+from runtime.storage.session_keys import LOGS_INFIX, is_node_dir, log_rel_key, logs_rel_prefix
 
-_NODE_DIR = re.compile(r"^[0-9a-f]+$")
+#: The node segment of every ``<node>/logs/...`` key, in SQL: one pass over the
+#: objects table instead of every key through Python. It must agree with
+#: :func:`runtime.storage.session_keys.parse_session_key` (a test checks it).
+NODES_WITH_LOGS_SQL = (
+    "SELECT DISTINCT substr(rel_key, 1, instr(rel_key, '/') - 1) FROM objects "
+    "WHERE substr(rel_key, instr(rel_key, '/'), ?) = ?"
+)
+NODES_WITH_LOGS_PARAMS = (len(LOGS_INFIX), LOGS_INFIX)
 
 
 def _range(prefix: str) -> tuple[str, str]:
@@ -29,19 +34,15 @@ class IndexCatalog:
         self.index = index
 
     def nodes_with_logs(self) -> list[str]:
-        rows = self.index.rows(
-            "SELECT DISTINCT substr(rel_key, 1, instr(rel_key, '/') - 1) FROM objects "
-            "WHERE substr(rel_key, instr(rel_key, '/'), ?) = ?",
-            (len(LOGS_DIR) + 2, f"/{LOGS_DIR}/"),
-        )
-        return sorted(str(r[0]) for r in rows if r[0] and _NODE_DIR.fullmatch(str(r[0])))
+        rows = self.index.rows(NODES_WITH_LOGS_SQL, NODES_WITH_LOGS_PARAMS)
+        return sorted(str(r[0]) for r in rows if r[0] and is_node_dir(str(r[0])))
 
     def nodes_for_ip(self, ip: str) -> list[str]:
         rows = self.index.rows("SELECT node_id FROM nodes WHERE ip = ? ORDER BY (state = 'ALIVE') DESC, node_id", (ip,))
         return [str(r[0]) for r in rows]
 
     def log_files(self, node_id: str, under: str = "") -> list[str]:
-        base = f"{node_id}/{LOGS_DIR}/"
+        base = logs_rel_prefix(node_id)
         prefix = f"{base}{under}/" if under else base
         low, high = _range(prefix)
         rows = self.index.rows(
@@ -50,7 +51,7 @@ class IndexCatalog:
         return [str(r[0])[len(base) :] for r in rows]
 
     def has_log(self, node_id: str, path: str) -> bool:
-        key = f"{node_id}/{LOGS_DIR}/{path}"
+        key = log_rel_key(node_id, path)
         return self.index.row("SELECT 1 FROM objects WHERE rel_key = ?", (key,)) is not None
 
     def task_attempts(self, task_id: str) -> dict[int, TaskLogRow]:

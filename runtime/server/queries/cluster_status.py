@@ -20,6 +20,7 @@ import orjson
 
 from runtime.server.index.reader import SessionIndex
 from runtime.server.index.schema import META_OBJECTS_FINGERPRINT
+from runtime.storage.session_keys import LogFile, log_rel_key, parse_session_key
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +226,9 @@ _PENDING_TASK_STATES = (
 )
 _PENDING_ACTOR_STATES = ("PENDING_CREATION", "DEPENDENCIES_UNREADY")
 DEBUG_STATE = "debug_state.txt"
-_DEBUG_STATE_SUFFIX = f"/logs/{DEBUG_STATE}"
+#: A cheap pre-filter only: LIKE is case-insensitive and its ``_`` matches any
+#: character, so every row is parsed again before it counts.
+_DEBUG_STATE_LIKE = f"%{log_rel_key('', DEBUG_STATE)}"
 #: Parallel reads of the nodes' debug_state.txt (one small object per node).
 _READ_WORKERS = 8
 
@@ -233,11 +236,11 @@ _READ_WORKERS = 8
 def debug_state_nodes(index: SessionIndex) -> list[str]:
     """Nodes whose ``debug_state.txt`` to read: those the objects listing shows one
     for; if the index has no listing, every indexed node (a miss is tolerated)."""
-    listed = {
-        str(key)[: -len(_DEBUG_STATE_SUFFIX)]
-        for (key,) in index.rows("SELECT rel_key FROM objects WHERE rel_key LIKE ?", (f"%{_DEBUG_STATE_SUFFIX}",))
-    }
-    listed = {n for n in listed if n and "/" not in n}
+    listed = set()
+    for (key,) in index.rows("SELECT rel_key FROM objects WHERE rel_key LIKE ?", (_DEBUG_STATE_LIKE,)):
+        item = parse_session_key(str(key))
+        if isinstance(item, LogFile) and item.path == DEBUG_STATE:
+            listed.add(item.node)
     if listed:
         return sorted(listed)
     has_listing = index.scalar("SELECT 1 FROM objects LIMIT 1") is not None

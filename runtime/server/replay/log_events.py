@@ -11,7 +11,6 @@ sequences in ``message`` turned into newlines, plus ``time`` (UTC) as Ray adds.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -22,14 +21,7 @@ MAX_LINE_BYTES = 2 * 1024 * 1024
 TRIM_ABOVE = 11_000
 TRIM_TO = 10_000
 GLOBAL = "global"
-LOG_EVENT_FILE = re.compile(r"^[^/]+/logs/events/event_[^/]*\.log$")
-
 LogEventRow = tuple[str, float, str, bytes]
-
-
-def is_log_event_key(rel_key: str) -> bool:
-    """``<node>/logs/events/event_*.log`` relative to the session prefix."""
-    return bool(LOG_EVENT_FILE.match(rel_key))
 
 
 @dataclass

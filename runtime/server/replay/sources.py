@@ -16,11 +16,11 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from runtime.server.index.fingerprint import JOBS_SNAPSHOT, is_event_object, rel_key
+from runtime.server.index.fingerprint import is_jobs_snapshot, is_log_events
 from runtime.server.replay.decode import gunzip
-from runtime.server.replay.log_events import is_log_event_key
 from runtime.storage.base import ObjectInfo, ObjectStore
 from runtime.storage.errors import StorageError
+from runtime.storage.session_keys import JobEventFile, is_readable_event_file, parse_session_key, relative_key
 
 logger = logging.getLogger(__name__)
 
@@ -46,16 +46,19 @@ class Read:
 
 def classify(listing: Sequence[ObjectInfo], prefix: str) -> Sources:
     sources = Sources()
+    job_events: set[str] = set()
     for info in listing:
-        rel = rel_key(info.key, prefix)
-        if is_event_object(rel):
+        item = parse_session_key(relative_key(info.key, prefix))
+        if is_readable_event_file(item):
             sources.events.append(info)
-        elif is_log_event_key(rel):
+            if isinstance(item, JobEventFile):
+                job_events.add(info.key)
+        elif is_log_events(item):
             sources.logs.append(info)
-        elif rel == JOBS_SNAPSHOT:
+        elif is_jobs_snapshot(item):
             sources.snapshot = info
     # Job-event objects before node-event objects, each in key order (as the reference).
-    sources.events.sort(key=lambda info: (0 if "/job_events/" in info.key else 1, info.key))
+    sources.events.sort(key=lambda info: (0 if info.key in job_events else 1, info.key))
     return sources
 
 

@@ -42,6 +42,7 @@ from runtime.storage.layout import (
     validate_namespace,
     validate_session_name,
 )
+from runtime.storage.session_keys import looks_like_session_name
 
 logger = logging.getLogger(__name__)
 
@@ -191,7 +192,7 @@ def enter_cluster(namespace: str, kind: str, name: str, session: str = LATEST) -
 
 
 def _looks_like_session(segment: str) -> bool:
-    return segment in (LATEST, LIVE) or segment.startswith("session_")
+    return segment in (LATEST, LIVE) or looks_like_session_name(segment)
 
 
 def _is_page_navigation() -> bool:

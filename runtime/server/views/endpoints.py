@@ -20,6 +20,7 @@ from runtime.server.context import SessionContext, session_route
 from runtime.server.errors import ApiError
 from runtime.server.selection import COOKIE_SESSION
 from runtime.storage.errors import InvalidKeyError, ObjectNotFoundError
+from runtime.storage.layout import endpoint_storage_name
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def read_snapshot(ctx: SessionContext, *uris: str) -> bytes | None:
             key = ctx.layout.endpoint_key(ctx.cluster, ctx.session, uri)
         except InvalidKeyError:
             continue
-        if len(key.rsplit("/", 1)[-1].encode()) > MAX_NAME_BYTES:
+        if len(endpoint_storage_name(uri).encode()) > MAX_NAME_BYTES:
             continue  # no file system (local backend) holds such a name: not stored
         if key not in keys:
             keys.append(key)

@@ -30,7 +30,8 @@ from runtime.server.logs.params import parse_log_file_params
 from runtime.server.logs.resolve import ResolvedLog, resolve_log, resolve_node
 from runtime.server.logs.tail import filter_ansi, filtered, iter_window, tail_window
 from runtime.storage.errors import InvalidKeyError, ObjectNotFoundError, StorageError
-from runtime.storage.layout import LOGS_DIR, validate_node_id
+from runtime.storage.layout import validate_node_id
+from runtime.storage.session_keys import log_rel_key
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ def log_content(ctx: SessionContext, media_type: str) -> Response:
     params = parse_log_file_params(request.args)
     resolved = resolve_log(params, IndexCatalog(ctx.index))
     key = ctx.layout.log_key(ctx.cluster, ctx.session, resolved.node_id, resolved.path)
-    where = f"{resolved.node_id}/{LOGS_DIR}/{resolved.path}"
+    where = log_rel_key(resolved.node_id, resolved.path)
     try:
         size = ctx.store.stat(key).size
     except ObjectNotFoundError:

@@ -15,11 +15,12 @@ from bench.synth_session import write_synthetic_session
 from runtime.server.errors import SessionLoadError
 from runtime.server.index import schema
 from runtime.server.index.build import build_index, refresh_objects
-from runtime.server.index.fingerprint import fingerprints, is_event_object
+from runtime.server.index.fingerprint import fingerprints
 from runtime.server.index.reader import SessionIndex
 from runtime.storage.base import ObjectInfo, ObjectStore
 from runtime.storage.config import StorageConfig, open_store
 from runtime.storage.layout import ClusterRef, KeyLayout
+from runtime.storage.session_keys import is_readable_event_file, parse_session_key
 from tests.support.sample_session import StoredSample, load_events, write_events, write_sample_session
 
 LAYOUT = KeyLayout("")
@@ -214,6 +215,10 @@ def test_fingerprints(sample: StoredSample, store: ObjectStore) -> None:
     event_log = ObjectInfo(key=f"{sample.session_prefix}{sample.node_id}/logs/events/event_X.log", size=1)
     assert fingerprints([*listing, event_log], sample.session_prefix)[0] != events  # /events input
     assert fingerprints(list(reversed(listing)), sample.session_prefix) == (events, everything)
+
+
+def is_event_object(rel: str) -> bool:
+    return is_readable_event_file(parse_session_key(rel))
 
 
 def test_event_object_names() -> None:

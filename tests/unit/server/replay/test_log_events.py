@@ -6,7 +6,9 @@ import tarfile
 
 import orjson
 
-from runtime.server.replay.log_events import LogEvents, is_log_event_key
+from runtime.server.index.fingerprint import is_log_events
+from runtime.server.replay.log_events import LogEvents
+from runtime.storage.session_keys import parse_session_key
 from tests.support.sample_session import API, SAMPLES
 
 
@@ -77,6 +79,9 @@ def test_a_busy_job_is_trimmed_to_the_newest_ten_thousand() -> None:
 
 
 def test_log_event_keys() -> None:
+    def is_log_event_key(rel: str) -> bool:
+        return is_log_events(parse_session_key(rel))
+
     assert is_log_event_key("abc/logs/events/event_GCS.log")
     assert not is_log_event_key("abc/logs/events/other.log")
     assert not is_log_event_key("abc/logs/raylet.out")
