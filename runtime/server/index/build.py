@@ -36,14 +36,15 @@ from runtime.server.errors import SessionLoadError
 from runtime.server.index import schema
 from runtime.server.index.cpus import usable_cpus
 from runtime.server.index.fingerprint import fingerprints
+from runtime.server.index.pool import WorkerError, WorkerPool
+from runtime.server.index.shard_db import BULK_PRAGMAS, create_bulk_db, split_ddl, write_shard
+from runtime.server.index.sources import Sources, classify, read_all, read_one, stream_lines
+from runtime.server.index.tables import insert_actors, insert_jobs, insert_nodes
 from runtime.server.replay.jobs import merge_jobs, parse_snapshot
 from runtime.server.replay.log_events import LogEvents
-from runtime.server.replay.pool import WorkerError, WorkerPool
 from runtime.server.replay.route import Router
 from runtime.server.replay.session import SessionReplay, base_ns_for
-from runtime.server.replay.shard import BULK_PRAGMAS, ShardResult, TaskShard, create_bulk_db, split_ddl
-from runtime.server.replay.sources import Sources, classify, read_all, read_one, stream_lines
-from runtime.server.replay.tables import insert_actors, insert_jobs, insert_nodes
+from runtime.server.replay.shard import ShardResult, TaskShard
 from runtime.storage.base import ObjectInfo, ObjectStore
 from runtime.storage.errors import StorageError
 from runtime.storage.layout import ClusterRef, KeyLayout
@@ -270,7 +271,7 @@ class _Build:
             raise RuntimeError("no in-process task shard")
         conn = create_bulk_db(self.out_path)
         try:
-            return shard.write(conn, indexes=True)
+            return write_shard(conn, shard, indexes=True)
         finally:
             conn.close()
 

@@ -1,35 +1,18 @@
-"""A task shard: replays the task events of one id range and writes their rows.
+"""A task shard: replays the task events of one id range and renders their rows.
 
-Used in-process for small sessions and by :mod:`runtime.server.replay.worker`
-subprocesses for big ones; either way it writes the ``tasks``, ``task_counts`` and
-``profile_events`` rows into an SQLite file whose tables come from the index DDL,
-tasks in primary-key order (sequential B-tree appends).
+Used in-process for small sessions and by the :mod:`runtime.server.index.worker`
+subprocesses for big ones; :func:`runtime.server.index.shard_db.write_shard`
+writes what it rendered. Pure: no file, no database.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sqlite3
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from runtime.server.index import schema
 from runtime.server.replay.decode import decode_events
-from runtime.server.replay.render_tasks import INSERT_PROFILE_EVENT, INSERT_TASK, INSERT_TASK_COUNT, TaskRenderer
+from runtime.server.replay.render_tasks import TaskRenderer
 from runtime.server.replay.session import SessionReplay
-
-#: Task rows are ~1-2 KB; WITHOUT ROWID tables spill rows larger than ~1/4 of a
-#: page into overflow pages, so the index uses 16 KiB pages.
-PAGE_SIZE = 16384
-BULK_PRAGMAS = (
-    f"PRAGMA page_size = {PAGE_SIZE}",
-    "PRAGMA journal_mode = OFF",
-    "PRAGMA synchronous = OFF",
-    "PRAGMA locking_mode = EXCLUSIVE",
-    "PRAGMA cache_size = -65536",
-)
 
 
 @dataclass
@@ -42,33 +25,6 @@ class ShardResult:
     tasks: int = 0
     profile_events: int = 0
     strays: list[dict[str, Any]] = field(default_factory=list)
-
-
-def split_ddl() -> tuple[list[str], list[str]]:
-    """(CREATE TABLE statements, CREATE INDEX statements) of the index schema."""
-    # Comments go first: they may contain ';'. The DDL has no '--' inside literals.
-    code = "\n".join(line.split("--", 1)[0] for line in schema.DDL.splitlines())
-    tables: list[str] = []
-    indexes: list[str] = []
-    for statement in code.split(";"):
-        text = statement.strip()
-        if not text or text.upper().startswith("PRAGMA"):
-            continue
-        (indexes if text.upper().startswith("CREATE INDEX") else tables).append(text)
-    return tables, indexes
-
-
-def create_bulk_db(path: Path) -> sqlite3.Connection:
-    """A fresh file with every table of the schema and no secondary index yet."""
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(f"{path}{suffix}")
-    conn = sqlite3.connect(path, isolation_level=None)
-    for pragma in BULK_PRAGMAS:
-        conn.execute(pragma)
-    for statement in split_ddl()[0]:
-        conn.execute(statement)
-    return conn
 
 
 class TaskShard:
@@ -86,20 +42,13 @@ class TaskShard:
         self.bad_lines += result.bad_lines
         self.replay.feed(result.items)
 
-    def write(self, conn: sqlite3.Connection, indexes: bool = False) -> ShardResult:
-        """Insert this shard's rows (one transaction); the tables must exist. With
-        ``indexes`` the task tables' secondary indexes are created afterwards (the
-        shard whose file becomes the index does it, in parallel with the others)."""
-        renderer = TaskRenderer(self.replay.tasks)
-        conn.execute("BEGIN")
-        conn.executemany(INSERT_TASK, renderer.rows(ordered=True))
-        conn.executemany(INSERT_TASK_COUNT, renderer.count_rows())
-        conn.executemany(INSERT_PROFILE_EVENT, renderer.profile_rows)
-        conn.execute("COMMIT")
-        if indexes:
-            for statement in split_ddl()[1]:
-                if " ON tasks " in statement or " ON profile_events " in statement:
-                    conn.execute(statement)
+    def renderer(self) -> TaskRenderer:
+        """The rows of every replayed task (rendered lazily, as they are consumed)."""
+        return TaskRenderer(self.replay.tasks)
+
+    def result(self, renderer: TaskRenderer) -> ShardResult:
+        """The counters, once ``renderer``'s rows have all been consumed (it counts
+        tasks and profile events while rendering)."""
         counters = self.replay.counters
         return ShardResult(
             events=counters.events,

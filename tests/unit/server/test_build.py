@@ -233,7 +233,7 @@ def test_a_failing_worker_fails_the_build_cleanly(
     store: ObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     synth = write_synthetic_session(store, LAYOUT, ClusterRef("default", "synth"), n_tasks=2000)
-    monkeypatch.setattr("runtime.server.replay.pool.sys.executable", "/bin/false")
+    monkeypatch.setattr("runtime.server.index.pool.sys.executable", "/bin/false")
     with pytest.raises(SessionLoadError, match="failed"):
         build(store, synth, tmp_path / "f.sqlite", processes=2)
     assert not list(tmp_path.glob("f.sqlite.shard*")) and not list(tmp_path.glob("*.stderr"))
@@ -246,8 +246,8 @@ def test_big_objects_are_streamed_with_the_same_result(
     store = open_store(StorageConfig(backend="local", local_dir=str(tmp_path / "s"), create_bucket=True))
     sample = write_sample_session(store, LAYOUT, compress=compress)
     whole = build(store, sample, tmp_path / "whole.sqlite")
-    monkeypatch.setattr("runtime.server.replay.sources.STREAM_ABOVE", 1000)
-    monkeypatch.setattr("runtime.server.replay.sources.STREAM_CHUNK", 4096)
+    monkeypatch.setattr("runtime.server.index.sources.STREAM_ABOVE", 1000)
+    monkeypatch.setattr("runtime.server.index.sources.STREAM_CHUNK", 4096)
     streamed = build(store, sample, tmp_path / "streamed.sqlite")
     assert dataclasses.replace(streamed, seconds=0) == dataclasses.replace(whole, seconds=0)
     sql = "SELECT task_id, attempt, brief_json, extra_json FROM tasks ORDER BY task_id, attempt"
@@ -257,9 +257,9 @@ def test_big_objects_are_streamed_with_the_same_result(
 def test_streamed_legacy_array_and_gzip_members(
     store: ObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runtime.server.replay.sources import stream_lines
+    from runtime.server.index.sources import stream_lines
 
-    monkeypatch.setattr("runtime.server.replay.sources.STREAM_CHUNK", 7)
+    monkeypatch.setattr("runtime.server.index.sources.STREAM_CHUNK", 7)
     lines = b"".join(orjson.dumps({"eventId": str(n)}) + b"\n" for n in range(20))
     store.put_bytes("x/plain", lines)
     store.put_bytes("x/array", b"  " + orjson.dumps([{"eventId": "1"}, {"eventId": "2"}]))

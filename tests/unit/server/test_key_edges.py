@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from runtime.server.index import schema
 from runtime.server.index.cache import _is_event_key
 from runtime.server.index.reader import SessionIndex
+from runtime.server.index.sources import classify
 from runtime.server.logs.catalog import NODES_WITH_LOGS_PARAMS, NODES_WITH_LOGS_SQL, IndexCatalog
 from runtime.server.queries.cluster_status import debug_state_nodes
-from runtime.server.replay.sources import classify
 from runtime.storage.base import ObjectInfo
 from runtime.storage.layout import ClusterRef, KeyLayout
 from runtime.storage.session_keys import LogFile, is_node_dir, parse_session_key

@@ -1,4 +1,4 @@
-"""Task-shard worker: ``python -m runtime.server.replay.worker SHARD_DB [--indexes] [--base-ns N]``.
+"""Task-shard worker: ``python -m runtime.server.index.worker SHARD_DB [--indexes] [--base-ns N]``.
 
 Reads frames from stdin (4-byte little-endian length, then that many bytes of JSON
 lines; a zero length ends the input), replays them as one
@@ -22,7 +22,8 @@ from typing import BinaryIO
 
 import orjson
 
-from runtime.server.replay.shard import TaskShard, create_bulk_db
+from runtime.server.index.shard_db import create_bulk_db, write_shard
+from runtime.server.replay.shard import TaskShard
 
 FRAME_HEADER = 4
 
@@ -48,7 +49,7 @@ def serve(
         sys.stderr.write(f"worker {shard_path.name}: replayed in {time.process_time() - started:.2f}s cpu\n")
     conn = create_bulk_db(shard_path)
     try:
-        result = shard.write(conn, indexes=indexes)
+        result = write_shard(conn, shard, indexes=indexes)
         if trace:
             sys.stderr.write(f"worker {shard_path.name}: written after {time.process_time() - started:.2f}s cpu\n")
     finally:
@@ -63,7 +64,7 @@ def serve(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m runtime.server.replay.worker")
+    parser = argparse.ArgumentParser(prog="python -m runtime.server.index.worker")
     parser.add_argument("shard_db", type=Path)
     parser.add_argument("--indexes", action="store_true", help="create the task tables' secondary indexes")
     parser.add_argument("--base-ns", type=int, default=0, help="transition encoding base (see TaskTable)")

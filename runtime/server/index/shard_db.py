@@ -1,0 +1,73 @@
+"""Task-shard SQLite files: created bare, bulk-loaded, indexed at the end.
+
+Each task shard (in-process, or one :mod:`runtime.server.index.worker` per core)
+writes the ``tasks``, ``task_counts`` and ``profile_events`` rows it rendered into
+a file whose tables come from the index DDL, tasks in primary-key order
+(sequential B-tree appends).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from pathlib import Path
+
+from runtime.server.index import schema
+from runtime.server.replay.render_tasks import INSERT_PROFILE_EVENT, INSERT_TASK, INSERT_TASK_COUNT
+from runtime.server.replay.shard import ShardResult, TaskShard
+
+#: Task rows are ~1-2 KB; WITHOUT ROWID tables spill rows larger than ~1/4 of a
+#: page into overflow pages, so the index uses 16 KiB pages.
+PAGE_SIZE = 16384
+BULK_PRAGMAS = (
+    f"PRAGMA page_size = {PAGE_SIZE}",
+    "PRAGMA journal_mode = OFF",
+    "PRAGMA synchronous = OFF",
+    "PRAGMA locking_mode = EXCLUSIVE",
+    "PRAGMA cache_size = -65536",
+)
+
+
+def split_ddl() -> tuple[list[str], list[str]]:
+    """(CREATE TABLE statements, CREATE INDEX statements) of the index schema."""
+    # Comments go first: they may contain ';'. The DDL has no '--' inside literals.
+    code = "\n".join(line.split("--", 1)[0] for line in schema.DDL.splitlines())
+    tables: list[str] = []
+    indexes: list[str] = []
+    for statement in code.split(";"):
+        text = statement.strip()
+        if not text or text.upper().startswith("PRAGMA"):
+            continue
+        (indexes if text.upper().startswith("CREATE INDEX") else tables).append(text)
+    return tables, indexes
+
+
+def create_bulk_db(path: Path) -> sqlite3.Connection:
+    """A fresh file with every table of the schema and no secondary index yet."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{path}{suffix}")
+    conn = sqlite3.connect(path, isolation_level=None)
+    for pragma in BULK_PRAGMAS:
+        conn.execute(pragma)
+    for statement in split_ddl()[0]:
+        conn.execute(statement)
+    return conn
+
+
+def write_shard(conn: sqlite3.Connection, shard: TaskShard, indexes: bool = False) -> ShardResult:
+    """Insert the shard's rows (one transaction); the tables must exist. With
+    ``indexes`` the task tables' secondary indexes are created afterwards (the
+    shard whose file becomes the index does it, in parallel with the others)."""
+    renderer = shard.renderer()
+    conn.execute("BEGIN")
+    conn.executemany(INSERT_TASK, renderer.rows(ordered=True))
+    conn.executemany(INSERT_TASK_COUNT, renderer.count_rows())
+    conn.executemany(INSERT_PROFILE_EVENT, renderer.profile_rows)
+    conn.execute("COMMIT")
+    if indexes:
+        for statement in split_ddl()[1]:
+            if " ON tasks " in statement or " ON profile_events " in statement:
+                conn.execute(statement)
+    return shard.result(renderer)
