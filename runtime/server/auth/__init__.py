@@ -31,6 +31,7 @@ from runtime.server.auth.model import (
     Identity,
     UnauthenticatedError,
 )
+from runtime.server.auth.oidc_settings import OidcSettings, parse_oidc
 from runtime.server.auth.static_policy import StaticPolicy
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "AuthUnavailableError",
     "ForbiddenError",
     "Identity",
+    "OidcSettings",
     "ResourceCheck",
     "UnauthenticatedError",
     "authorize",
@@ -50,15 +52,20 @@ __all__ = [
     "install",
     "no_namespace_data",
     "parse_auth",
+    "parse_oidc",
     "readable_namespaces",
 ]
 
 
-def build_access_control(config: AuthConfig, kubernetes_client: Callable[[], Any] | None = None) -> AccessControl:
+def build_access_control(
+    config: AuthConfig, kubernetes_client: Callable[[], Any] | None = None, oidc: OidcSettings | None = None
+) -> AccessControl:
     """The authenticators and the authorizer ``config`` asks for.
 
     ``kubernetes_client`` builds the API client (the one RayCluster discovery uses); it is
-    called once, only when ``kubernetes`` authentication or authorization is on.
+    called once, only when ``kubernetes`` authentication or authorization is on. ``oidc``
+    (from :func:`parse_oidc`) is required with ``--auth oidc``; the result then carries the
+    login URL, its redirect and the ``auth`` blueprint, which :func:`install` registers.
 
     Raises:
         ValueError: naming the flag, when a mode cannot be set up.
@@ -76,9 +83,18 @@ def build_access_control(config: AuthConfig, kubernetes_client: Callable[[], Any
         return reviews
 
     authenticators: list[Authenticator] = []
+    login: dict[str, Any] = {}
     for mode in config.modes:
         if mode == "kubernetes":
             authenticators.append(BearerTokenAuthenticator(kube_reviews("--auth kubernetes")))
+        elif mode == "oidc":
+            if oidc is None:
+                raise ValueError("--auth oidc: needs --oidc-issuer, --oidc-client-id, --oidc-client-secret-file ...")
+            from runtime.server.auth.oidc import LOGIN_URL, login_redirect, oidc_access
+
+            authenticator, blueprint = oidc_access(oidc)
+            authenticators.append(authenticator)
+            login = {"login_url": LOGIN_URL, "redirect": login_redirect, "blueprints": (blueprint,)}
     authorizer: Authorizer
     if config.authz == "kubernetes":
         authorizer = kube_reviews("--authz kubernetes")
@@ -86,4 +102,4 @@ def build_access_control(config: AuthConfig, kubernetes_client: Callable[[], Any
         authorizer = StaticPolicy(config.policy_file)
     else:  # parse_auth never lets an authenticated server through without an authorizer
         raise ValueError(f"--authz: {config.authz!r} cannot be used with --auth {','.join(config.modes)}")
-    return AccessControl(authenticators=tuple(authenticators), authorizer=authorizer)
+    return AccessControl(authenticators=tuple(authenticators), authorizer=authorizer, **login)

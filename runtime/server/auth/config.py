@@ -12,8 +12,9 @@ from pathlib import Path
 
 from runtime.server.auth.kubernetes import ResourceCheck
 
-#: Implemented authenticators (OIDC browser login and signed front-door headers follow, #16).
-AUTH_MODES = ("none", "kubernetes")
+#: Implemented authenticators (signed front-door headers follow, #16). ``oidc`` needs the
+#: ``--oidc-*`` flags too: :func:`runtime.server.auth.oidc_settings.parse_oidc`.
+AUTH_MODES = ("none", "kubernetes", "oidc")
 AUTHZ_MODES = ("none", "kubernetes", "static")
 
 

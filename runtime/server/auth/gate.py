@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from flask import Flask, Response, g, jsonify, request
+from flask import Blueprint, Flask, Response, g, jsonify, request
 
 from runtime.server.auth.model import (
     ANONYMOUS,
@@ -83,12 +83,15 @@ class AllowAll:
 
 @dataclass
 class AccessControl:
-    """What ``create_app`` installs: the authenticators in order, the authorizer, and the
-    login URL browsers without credentials are sent to (OIDC), if any."""
+    """What ``create_app`` installs: the authenticators in order, the authorizer, the
+    login URL browsers without credentials are sent to (OIDC), if any, with the function
+    that redirects them there, and the blueprints serving login / logout."""
 
     authenticators: tuple[Authenticator, ...]
     authorizer: Authorizer
     login_url: str | None = None
+    redirect: Callable[[str], Response] | None = None
+    blueprints: tuple[Blueprint, ...] = ()
 
     @property
     def enabled(self) -> bool:
@@ -168,8 +171,12 @@ def _wants_html() -> bool:
 
 
 def install(app: Flask, control: AccessControl, redirect: Callable[[str], Response] | None = None) -> None:
-    """Register the hooks; ``redirect`` sends a browser to ``control.login_url`` (OIDC)."""
+    """Register the hooks and ``control.blueprints``; ``redirect`` (default ``control.redirect``)
+    sends a browser to ``control.login_url`` (OIDC)."""
     app.extensions[EXTENSION] = control
+    redirect = redirect or control.redirect
+    for blueprint in control.blueprints:
+        app.register_blueprint(blueprint)
 
     @app.errorhandler(AuthError)
     def _refuse(failure: AuthError) -> Response:
@@ -187,7 +194,7 @@ def install(app: Flask, control: AccessControl, redirect: Callable[[str], Respon
     @app.before_request
     def _authenticate() -> Response | None:
         g.auth_decided = False
-        if request.endpoint in OPEN_ENDPOINTS or request.endpoint in ("auth.login", "auth.callback"):
+        if request.endpoint in OPEN_ENDPOINTS or request.endpoint in ("auth.login", "auth.callback", "auth.logout"):
             return None
         for authenticator in control.authenticators:
             found = authenticator.identify()
@@ -196,6 +203,7 @@ def install(app: Flask, control: AccessControl, redirect: Callable[[str], Respon
                 break
         else:
             if control.login_url and redirect is not None and _wants_html():
+                g.auth_no_data = True  # the redirect to the login page carries no data
                 return redirect(control.login_url)
             raise UnauthenticatedError("authentication required: send Authorization: Bearer <token> or log in")
         if request.endpoint not in NAMESPACE_FREE_ENDPOINTS:
