@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from runtime.ray_export import EVENT_TYPES_VARS, EXPOSED_EVENT_TYPES
+from runtime.common.ray_export import EVENT_TYPES_VARS, EXPOSED_EVENT_TYPES
 
 #: Same name as the container KubeRay >= 1.7 injects, so tooling finds either.
 COLLECTOR_CONTAINER = "ray-history-collector"

@@ -6,7 +6,6 @@ Cloud-neutral: the bucket, its environment and the cloud identity arrive in a
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +13,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.components.contracts import SERVER_SERVICE_ACCOUNT, StorageWiring
+from runtime.common.quantities import parse_quantity
 
 SERVICE_NAME = "historyserver"
 SERVICE_PORT = 30080  # as upstream's manifests and the GKE guide
@@ -40,16 +40,17 @@ DEFAULT_SERVER_RESOURCES: dict[str, dict[str, str]] = {
     "limits": {"cpu": "2", "memory": "2Gi"},
 }
 
-_QUANTITY = re.compile(r"(?P<number>\d+)(?P<suffix>Ki|Mi|Gi|Ti|k|M|G|T)?")
-_FACTORS = {"": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-
 
 def quantity_bytes(text: str, parameter: str) -> int:
-    """Bytes in a whole-number Kubernetes quantity (``20Gi``, ``500M``)."""
-    match = _QUANTITY.fullmatch(text.strip())
-    if not match or int(match["number"]) <= 0:
+    """Bytes in a positive Kubernetes quantity (``20Gi``, ``500M``), read by the
+    history server's own parser, so the program accepts the sizes ``--cache-max-size`` does."""
+    try:
+        value = parse_quantity(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
         raise ValueError(f"{parameter}: {text!r} is not a size like 20Gi or 500Mi")
-    return int(match["number"]) * _FACTORS[match["suffix"] or ""]
+    return value
 
 
 @dataclass

@@ -27,29 +27,14 @@ from runtime.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, CliError, UsageEr
 from runtime.cli.filters import parse_filter
 from runtime.cli.target import add_target_arguments, namespace
 from runtime.cli.transfer import run_export, run_import
+from runtime.common.settings import Checked
+from runtime.common.validators import positive_int, whole_number
 from runtime.storage.config import add_storage_arguments
 from runtime.storage.errors import StorageError
 
 PROG = "ray-history"
 Handler = Callable[[argparse.Namespace], int]
 QUICKSTART_MODULE = "runtime.quickstart"
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
-
-
-def _lines(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (-1 = the whole file)") from None
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -185,7 +170,9 @@ def _add_query_commands(subparsers: Subparsers) -> None:
         metavar="KEY=VALUE|KEY!=VALUE",
         help="repeatable; keys: state, name, job_id, task_id, actor_id, type, func_name, node_id, worker_id, ...",
     )
-    p.add_argument("--limit", type=_positive, help="at most this many tasks (server default 100, max 10000)")
+    p.add_argument(
+        "--limit", action=Checked, parse=positive_int, help="at most this many tasks (server default 100, max 10000)"
+    )
     p.add_argument("--detail", action="store_true", help="full task records (with --json)")
     p.add_argument(
         "--exclude-driver",
@@ -212,8 +199,10 @@ def _add_logs_command(subparsers: Subparsers) -> None:
     which.add_argument("--task-id", metavar="ID", help="the log of this task's worker")
     which.add_argument("--actor-id", metavar="ID", help="the log of this actor's worker")
     p.add_argument("--err", action="store_true", help="stderr of the task/actor worker instead of stdout")
-    p.add_argument("--attempt", type=int, default=0, help="task attempt number (default 0)")
-    p.add_argument("--lines", type=_lines, help="last N lines (server default 1000; -1 = whole file)")
+    p.add_argument("--attempt", action=Checked, parse=whole_number, default=0, help="task attempt number (default 0)")
+    p.add_argument(
+        "--lines", action=Checked, parse=whole_number, help="last N lines (server default 1000; -1 = whole file)"
+    )
     p.add_argument(
         "-f", "--follow", action="store_true", help="follow a live session's log; a stored one prints and exits"
     )

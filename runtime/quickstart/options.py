@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.common.settings import Checked
+from runtime.common.validators import positive_seconds, tcp_port
 from runtime.storage.errors import InvalidKeyError
 from runtime.storage.layout import validate_k8s_name, validate_namespace
 
@@ -54,26 +56,6 @@ class QuickstartOptions:
         }
 
 
-def _port(value: str) -> int:
-    try:
-        port = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port {port} is outside 1-65535")
-    return port
-
-
-def _positive_seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {value}")
-    return seconds
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The quickstart's flags, for ``python -m runtime.quickstart`` and ``ray-history quickstart``."""
     parser.add_argument(
@@ -85,20 +67,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", default=DEFAULT_NAMESPACE, help=f"namespace (default {DEFAULT_NAMESPACE})")
     parser.add_argument("--host", default="127.0.0.1", help="address the history server listens on (127.0.0.1)")
     parser.add_argument(
-        "--port", type=_port, default=DEFAULT_SERVER_PORT, help=f"history server port (default {DEFAULT_SERVER_PORT})"
+        "--port",
+        action=Checked,
+        parse=tcp_port,
+        default=DEFAULT_SERVER_PORT,
+        help=f"history server port (default {DEFAULT_SERVER_PORT})",
     )
     parser.add_argument(
         "--dashboard-port",
-        type=_port,
+        action=Checked,
+        parse=tcp_port,
         default=DEFAULT_DASHBOARD_PORT,
         help=f"Ray dashboard port while the cluster runs (default {DEFAULT_DASHBOARD_PORT})",
     )
     parser.add_argument(
-        "--gcs-port", type=_port, default=DEFAULT_GCS_PORT, help=f"Ray GCS port (default {DEFAULT_GCS_PORT})"
+        "--gcs-port",
+        action=Checked,
+        parse=tcp_port,
+        default=DEFAULT_GCS_PORT,
+        help=f"Ray GCS port (default {DEFAULT_GCS_PORT})",
     )
     parser.add_argument(
         "--events-port",
-        type=_port,
+        action=Checked,
+        parse=tcp_port,
         default=DEFAULT_EVENTS_PORT,
         help=f"collector's event receiver port (default {DEFAULT_EVENTS_PORT})",
     )
@@ -116,13 +108,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--ray-start-timeout",
-        type=_positive_seconds,
+        action=Checked,
+        parse=positive_seconds,
         default=120.0,
         help="seconds to wait for the Ray dashboard to come up (default 120)",
     )
     parser.add_argument(
         "--job-timeout",
-        type=_positive_seconds,
+        action=Checked,
+        parse=positive_seconds,
         default=300.0,
         help="seconds to wait for the sample job to finish (default 300)",
     )

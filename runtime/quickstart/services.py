@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.common.ray_export import event_export_env
 from runtime.quickstart.options import QuickstartOptions
 from runtime.quickstart.ports import free_port
 from runtime.quickstart.processes import ManagedProcess
-from runtime.ray_export import event_export_env
 
 LOOPBACK = "127.0.0.1"
 RAY_BIN = Path(sys.executable).with_name("ray")

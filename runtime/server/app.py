@@ -13,7 +13,8 @@ from runtime.server.context import EXTENSION, Services
 from runtime.server.errors import register_error_handlers
 from runtime.server.guards import register_request_guards
 from runtime.server.index.cache import IndexCache
-from runtime.server.live.discovery import LiveDirectory, live_directory_from_config
+from runtime.server.live.directory import live_directory_from_config
+from runtime.server.live.discovery import LiveDirectory
 from runtime.server.metrics import ServerMetrics
 from runtime.storage.base import ObjectStore
 from runtime.storage.config import open_store

@@ -1,6 +1,6 @@
 """Everything the history server is configured with, as one typed value.
 
-Built by :mod:`runtime.server.cli` from flags and environment, passed to
+Built by :mod:`runtime.server.options` from flags and environment, passed to
 :func:`runtime.server.app.create_app`; nothing reads the environment later.
 """
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from flask import Response, current_app, g, request
 
 from runtime.server.config import ServerConfig
+from runtime.server.live.proxy import proxy_request
 from runtime.server.selection import Selection, selection_from_request, set_selection_cookies
 from runtime.storage.base import ObjectStore
 from runtime.storage.layout import ClusterRef, KeyLayout
@@ -101,9 +102,9 @@ def session_route(view: Callable[..., Response]) -> View:
         svc = services()
         selection = selection_from_request(request)
         if selection.is_live:
-            from runtime.server.live.proxy import proxy_request
-
-            response: Response = proxy_request(svc, selection, request)
+            response: Response = proxy_request(
+                selection, request, live=svc.live, config=svc.config, outcomes=svc.metrics.proxied
+            )
         else:
             ctx = SessionContext(selection, svc)
             g.session_context = ctx

@@ -166,6 +166,6 @@ def settings(config: ServerConfig) -> dict[str, Any]:
 
 
 if __name__ == "__config__":  # loaded by `gunicorn -c runtime/server/gunicorn_conf.py`
-    from runtime.server.wsgi import config_from_env
+    from runtime.server.options import config_from_env
 
     globals().update({k: v for k, v in settings(config_from_env()).items() if v is not None})

@@ -6,7 +6,7 @@ names listed here are answered. IP literals are always accepted: rebinding needs
 a *name* the attacker controls, and kubelet probes and Prometheus scrape with
 ``Host: <podIP>:<port>``. Ports are ignored (``localhost:8080`` is ``localhost``).
 
-No Flask here: :mod:`runtime.server.cli` and :mod:`runtime.server.config` use it
+No Flask here: :mod:`runtime.server.options` and :mod:`runtime.server.config` use it
 in gunicorn's master process.
 """
 

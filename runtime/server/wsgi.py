@@ -10,28 +10,17 @@
 
 from __future__ import annotations
 
-import os
-import shlex
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
 
 from runtime.server.config import ServerConfig
+from runtime.server.gunicorn_conf import settings
+from runtime.server.options import config_from_env
 
 if TYPE_CHECKING:
     from flask import Flask
-
-ARGS_ENV = "HISTORYSERVER_ARGS"
-
-
-def config_from_env(env: Mapping[str, str] | None = None) -> ServerConfig:
-    """The configuration the flags in ``HISTORYSERVER_ARGS`` (plus the usual
-    environment variables) describe."""
-    from runtime.server.cli import load_config
-
-    env = os.environ if env is None else env
-    return load_config(shlex.split(env.get(ARGS_ENV, "")), env)
 
 
 def create_from_env() -> Flask:
@@ -44,8 +33,6 @@ class HistoryServerApplication(BaseApplication):  # type: ignore[misc]
     """gunicorn running ``create_app(config)`` in every worker (no preload)."""
 
     def __init__(self, config: ServerConfig, options: Mapping[str, Any] | None = None) -> None:
-        from runtime.server.gunicorn_conf import settings
-
         self.config = config
         self.options = {**settings(config), **(options or {})}
         super().__init__(prog="historyserver")

@@ -11,10 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from runtime.common.validators import FALSE_WORDS, TRUE_WORDS
 from runtime.storage.errors import StorageConfigError
-
-_TRUE = {"1", "t", "true", "y", "yes", "on"}
-_FALSE = {"0", "f", "false", "n", "no", "off"}
 
 
 def parse_bool(value: object, name: str) -> bool:
@@ -22,9 +20,9 @@ def parse_bool(value: object, name: str) -> bool:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
-    if text in _TRUE:
+    if text in TRUE_WORDS:
         return True
-    if text in _FALSE:
+    if text in FALSE_WORDS:
         return False
     raise StorageConfigError(f"{name}: expected a boolean (true/false), got {value!r}")
 

@@ -26,7 +26,7 @@ from http.client import HTTPConnection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from runtime.ray_export import event_export_env
+from runtime.common.ray_export import event_export_env
 from runtime.storage.layout import ClusterRef, is_event_file_name
 from tests.integration.emulators.base import REPO_ROOT, free_port, wait_for_port
 

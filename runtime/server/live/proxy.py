@@ -22,18 +22,21 @@ import logging
 import re
 import threading
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import requests
 import urllib3
 from flask import Flask, Request, Response, current_app
 from requests.adapters import HTTPAdapter
 
-from runtime.server.context import Services
+from runtime.server.config import ServerConfig
 from runtime.server.errors import json_error
-from runtime.server.live.discovery import LiveCluster, LiveDiscoveryError
+from runtime.server.live.discovery import LiveCluster, LiveDirectory, LiveDiscoveryError
 from runtime.server.live.streams import DisconnectWatcher, StreamSlots, shutdown_quietly
 from runtime.server.selection import COOKIE_NAMES, Selection
+
+if TYPE_CHECKING:  # imported by the app after fork (multi-process metrics mode)
+    from prometheus_client import Counter
 
 logger = logging.getLogger(__name__)
 
@@ -108,12 +111,18 @@ def _upstream_socket(upstream: requests.Response) -> Any:
     return getattr(getattr(upstream.raw, "connection", None), "sock", None)
 
 
-def proxy_request(services: Services, selection: Selection, request: Request) -> Response:
-    """Forward ``request`` to the live cluster ``selection`` names; stream the answer."""
-    metrics = services.metrics.proxied
+def proxy_request(
+    selection: Selection, request: Request, *, live: LiveDirectory, config: ServerConfig, outcomes: Counter
+) -> Response:
+    """Forward ``request`` to the live cluster ``selection`` names; stream the answer.
+
+    ``live`` supplies the cluster's URL, ``config`` the timeout and pool sizes, and
+    ``outcomes`` is the labelled counter every outcome is counted in (the app's
+    ``historyserver_live_proxy_requests_total``)."""
+    metrics = outcomes
     label = f"{selection.namespace}/{selection.name}"
     try:
-        cluster = services.live.get(selection.namespace, selection.name)
+        cluster = live.get(selection.namespace, selection.name)
     except LiveDiscoveryError as exc:
         logger.warning("live cluster %s: discovery failed: %s", label, exc)
         metrics.labels("discovery_error").inc()
@@ -133,7 +142,7 @@ def proxy_request(services: Services, selection: Selection, request: Request) ->
     slots: StreamSlots | None = None
     watcher: DisconnectWatcher | None = None
     if streaming:
-        slots, watcher = _stream_bounds(current_app, services.config.live_stream_limit)
+        slots, watcher = _stream_bounds(current_app, config.live_stream_limit)
         if not slots.try_acquire():
             metrics.labels("too_many_streams").inc()
             logger.warning("live cluster %s: refused a log stream, %d already open", label, slots.limit)
@@ -144,7 +153,7 @@ def proxy_request(services: Services, selection: Selection, request: Request) ->
                 {"Retry-After": "5"},
             )
     try:
-        upstream = _send(services, request, target, label)
+        upstream = _send(config, outcomes, request, target, label)
     except BaseException:
         if slots is not None:
             slots.release()
@@ -155,7 +164,7 @@ def proxy_request(services: Services, selection: Selection, request: Request) ->
         return upstream
 
     metrics.labels("upstream_5xx" if upstream.status_code >= 500 else "forwarded").inc()
-    relay = _Relay(upstream, label, target, services)
+    relay = _Relay(upstream, label, target, outcomes)
     if streaming and slots is not None and watcher is not None:
         relay.stream_forever(slots, watcher, _client_socket(request))
     response = Response(
@@ -166,11 +175,12 @@ def proxy_request(services: Services, selection: Selection, request: Request) ->
     return response
 
 
-def _send(services: Services, request: Request, target: str, label: str) -> requests.Response | Response:
+def _send(
+    config: ServerConfig, metrics: Counter, request: Request, target: str, label: str
+) -> requests.Response | Response:
     """The upstream's answer once its headers arrived, or our error answer."""
-    timeout = services.config.proxy_timeout
-    session = _http_session(current_app, services.config.threads)
-    metrics = services.metrics.proxied
+    timeout = config.proxy_timeout
+    session = _http_session(current_app, config.threads)
     try:
         # The read timeout also bounds the wait for the headers: an upstream that
         # accepts and never answers cannot hold a thread for longer.
@@ -290,8 +300,8 @@ class _Relay:
     away: a fully read connection goes back to the pool, anything else is closed.
     """
 
-    def __init__(self, upstream: requests.Response, label: str, target: str, services: Services) -> None:
-        self.upstream, self.label, self.target, self.services = upstream, label, target, services
+    def __init__(self, upstream: requests.Response, label: str, target: str, outcomes: Counter) -> None:
+        self.upstream, self.label, self.target, self.outcomes = upstream, label, target, outcomes
         self.complete = False
         self.client_gone = False
         self._slots: StreamSlots | None = None
@@ -326,7 +336,7 @@ class _Relay:
             if self.client_gone:
                 logger.info("live cluster %s: client left, stream from %s closed", self.label, self.target)
                 return
-            self.services.metrics.proxied.labels("stream_error").inc()
+            self.outcomes.labels("stream_error").inc()
             logger.warning("live cluster %s: stream from %s broke off: %s", self.label, self.target, exc)
             # Re-raised so the server aborts the connection: ending normally would
             # let a truncated body look complete (a terminating chunk).

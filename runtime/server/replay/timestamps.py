@@ -8,7 +8,7 @@ goes through the strict parser of the collector.
 
 from __future__ import annotations
 
-from runtime.collector.events.parse import parse_timestamp_ns
+from runtime.common.timestamps import parse_timestamp_ns
 
 #: "YYYY-MM-DDTHH:MM:SS" -> that second in ns; hot loops may read it directly.
 SECOND_NS: dict[str, int] = {}

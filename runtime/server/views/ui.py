@@ -134,7 +134,7 @@ def fallback(path: str) -> Response:
         selection = None  # a broken cookie must not turn a plain 404 into a 400
     if selection is not None and selection.is_live:
         svc = services()
-        response = proxy_request(svc, selection, request)
+        response = proxy_request(selection, request, live=svc.live, config=svc.config, outcomes=svc.metrics.proxied)
         set_selection_cookies(response, selection, secure=svc.config.secure_cookies)
         return response
     if selection is not None:

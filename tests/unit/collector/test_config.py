@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from runtime.collector.config import CollectorConfigError, build_parser, load_config
-from runtime.collector.durations import parse_duration
+from runtime.common.durations import parse_duration
 
 KUBERAY_ENV = {
     # exactly what KubeRay >= 1.7 injects into its collector sidecar, plus storage

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from runtime.server import cli
-from runtime.server.cli import build_parser, load_config, parse_quantity
+from runtime.common.quantities import parse_quantity
+from runtime.server import options
 from runtime.server.config import LiveClusterURL
 from runtime.server.gunicorn_conf import bind_address, settings
+from runtime.server.options import build_parser, load_config
 from runtime.storage.config import StorageConfig
 
 
@@ -192,7 +193,7 @@ def test_cache_dir_default_falls_back_to_the_user_cache(
 ) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    monkeypatch.setattr(cli, "DEFAULT_CACHE_DIR", blocker / "historyserver")  # cannot be created
+    monkeypatch.setattr(options, "DEFAULT_CACHE_DIR", blocker / "historyserver")  # cannot be created
     args = ["--storage-backend=local", f"--local-storage-dir={store_dir}"]
     config = load_config(args, env={"XDG_CACHE_HOME": str(tmp_path / "xdg")})
     assert config.cache_dir == tmp_path / "xdg" / "historyserver"

@@ -15,10 +15,10 @@ from flask import Flask
 from werkzeug.test import EnvironBuilder, run_wsgi_app
 
 from runtime.server.app import create_app
-from runtime.server.cli import ALLOWED_HOSTS_ENV, load_config
 from runtime.server.config import LiveClusterURL, ServerConfig
 from runtime.server.hosts import default_allowed_hosts, host_name
 from runtime.server.live.discovery import StaticLiveDirectory
+from runtime.server.options import ALLOWED_HOSTS_ENV, load_config
 from runtime.storage.config import StorageConfig
 from tests.unit.server.live.servers import live_cookies, serve, upstream_server
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from runtime.server.config import LiveClusterURL
+from runtime.server.live.directory import live_directory_from_config
 from runtime.server.live.discovery import (
     CombinedLiveDirectory,
     LiveCluster,
@@ -17,7 +18,6 @@ from runtime.server.live.discovery import (
     NoLiveDirectory,
     StaticLiveDirectory,
     UnavailableLiveDirectory,
-    live_directory_from_config,
 )
 from tests.unit.server.live.servers import server_config
 

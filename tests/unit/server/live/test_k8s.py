@@ -15,7 +15,8 @@ import pytest
 import yaml
 from kubernetes import client as kclient
 
-from runtime.server.live.discovery import LiveDiscoveryError, UnavailableLiveDirectory, live_directory_from_config
+from runtime.server.live.directory import live_directory_from_config
+from runtime.server.live.discovery import LiveDiscoveryError, UnavailableLiveDirectory
 from runtime.server.live.k8s import KubernetesLiveDirectory, cluster_from_object, parse_k8s_time
 from tests.integration.emulators.base import free_port
 from tests.unit.server.live.k8s_stub import ApiStub, api_stub, raycluster

@@ -1,0 +1,162 @@
+"""Every history-server setting (storage ones aside), declared once: flag,
+environment variable where there is one, parser, default and meaning.
+:mod:`runtime.server.options` builds the parser and the configuration from these;
+:func:`table` is the README's table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from runtime.common.quantities import parse_quantity
+from runtime.common.settings import Setting, markdown_table
+from runtime.common.validators import choice, duration, positive_int, tcp_port
+from runtime.server.config import DEFAULT_FRESHNESS_SECONDS, DEFAULT_PORT, DEFAULT_PROXY_TIMEOUT, LiveClusterURL
+from runtime.server.hosts import parse_allowed_hosts
+from runtime.server.live.discovery import KUBERNETES_MODES
+from runtime.storage.errors import InvalidKeyError
+from runtime.storage.layout import validate_k8s_name, validate_namespace
+
+CACHE_DIR_ENV = "HISTORYSERVER_CACHE_DIR"
+ALLOWED_HOSTS_ENV = "HISTORYSERVER_ALLOWED_HOSTS"
+#: In the image this directory exists and belongs to the server's user.
+DEFAULT_CACHE_DIR = Path("/var/cache/historyserver")
+DEFAULT_CACHE_MAX_SIZE = "20Gi"
+UNBOUNDED = 2**63 - 1
+SERVE = "serving"
+CACHE = "session index cache"
+LIVE = "live clusters"
+LOGGING = "logging"
+
+
+def size(text: str) -> int:
+    """Bytes in a Kubernetes quantity; ``0`` disables the bound, as in the reference."""
+    value = parse_quantity(text)
+    return UNBOUNDED if value == 0 else value
+
+
+def live_cluster(text: str) -> LiveClusterURL:
+    """``[namespace/]name=http(s)://host[:port][/prefix]``."""
+    ident, sep, url = text.partition("=")
+    if not sep or not ident or not url:
+        raise ValueError("expected [namespace/]name=URL")
+    namespace, _, name = ident.rpartition("/")
+    namespace = namespace or "default"
+    try:
+        validate_namespace(namespace)
+        validate_k8s_name(name)
+    except InvalidKeyError as exc:
+        raise ValueError(str(exc)) from None
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ValueError("the URL must be http(s)://host[:port][/path]")
+    parts.port  # noqa: B018 - raises ValueError for a bad port
+    return LiveClusterURL(namespace=namespace, name=name, url=url.rstrip("/"))
+
+
+def dashboard_dir(text: str) -> Path:
+    path = Path(text).expanduser()
+    if not (path / "index.html").is_file():
+        raise ValueError("holds no index.html (the Ray Dashboard build directory)")
+    return path
+
+
+def _text(text: str) -> str:
+    return text
+
+
+def _same_hosts(a: tuple[str, ...] | None, b: tuple[str, ...] | None) -> bool:
+    return set(a or ()) == set(b or ())  # the order of the names does not matter
+
+
+HOST = Setting("--host", None, _text, "0.0.0.0", "where gunicorn listens", group=SERVE)  # noqa: S104
+PORT = Setting("--port", None, tcp_port, DEFAULT_PORT, "listen port", group=SERVE)
+WORKERS = Setting(
+    "--workers", None, positive_int, 1, "gunicorn processes; all workers share one index cache", group=SERVE
+)
+THREADS = Setting("--threads", None, positive_int, 8, "threads per gunicorn process", group=SERVE)
+DASHBOARD_DIR = Setting[Path | None](
+    "--dashboard-dir", None, dashboard_dir, None, "the Ray Dashboard UI build served at `/`",
+    "the `dashboard/client/build` of the installed `ray` package", group=SERVE,
+)  # fmt: skip
+CLUSTERS_LIMIT = Setting(
+    "--clusters-limit", None, positive_int, 1000, "stored sessions listed by `/clusters`", group=SERVE
+)
+SECURE_COOKIES = Setting(
+    "--secure-cookies", None, bool, False, "mark the selection cookies `Secure` (behind HTTPS)", "off",
+    group=SERVE, switch=True,
+)  # fmt: skip
+ALLOWED_HOSTS = Setting[tuple[str, ...] | None](
+    "--allowed-hosts", ALLOWED_HOSTS_ENV, parse_allowed_hosts, None,
+    "more `Host` names to answer, comma-separated (`name`, `*.domain`, or `*`); any other gets 400 (DNS rebinding)",
+    "loopback, IP addresses and the Service's names (`historyserver[.<namespace>[.svc]]`, `*.svc.<cluster domain>`)",
+    group=SERVE, same=_same_hosts,
+)  # fmt: skip
+
+CACHE_DIR = Setting[Path | None](
+    "--cache-dir", CACHE_DIR_ENV, Path, None, "the per-session SQLite indexes",
+    f"`{DEFAULT_CACHE_DIR}`, else `~/.cache/historyserver`", group=CACHE,
+)  # fmt: skip
+CACHE_MAX_SIZE = Setting(
+    "--cache-max-size", None, size, size(DEFAULT_CACHE_MAX_SIZE),
+    "least recently used indexes are deleted beyond it, a Kubernetes quantity (`0` = unbounded)",
+    f"`{DEFAULT_CACHE_MAX_SIZE}`", group=CACHE,
+)  # fmt: skip
+FRESHNESS = Setting(
+    "--freshness-seconds", None, duration(allow_zero=True), DEFAULT_FRESHNESS_SECONDS,
+    "how often a session's objects are re-listed to notice late uploads", f"`{DEFAULT_FRESHNESS_SECONDS:g}`",
+    group=CACHE,
+)  # fmt: skip
+BUILD_TIMEOUT = Setting("--build-timeout", None, duration(), 900.0, "cap on one index build", "`15m`", group=CACHE)
+
+# Any: each flag parses to one LiveClusterURL, the setting is their list.
+LIVE_CLUSTERS = Setting[Any](
+    "--live-cluster", None, live_cluster, [], "a live cluster's dashboard, outside Kubernetes (repeatable)",
+    group=LIVE, metavar="[NS/]NAME=URL", repeat=True,
+)  # fmt: skip
+KUBERNETES = Setting(
+    "--kubernetes", None, choice(*KUBERNETES_MODES), "auto",
+    "RayCluster discovery: `in-cluster`, `kubeconfig`, `off`; `auto` uses in-cluster config in a pod, else nothing",
+    group=LIVE,
+)  # fmt: skip
+KUBECONFIG = Setting[str | None](
+    "--kubeconfig", None, _text, None, "kubeconfig for `--kubernetes=kubeconfig`", "`~/.kube/config`", group=LIVE
+)
+KUBECONFIGS = Setting[str | None]("--kubeconfigs", None, _text, None, "the reference's spelling", hidden=True)
+CLUSTER_DOMAIN = Setting(
+    "--cluster-domain", None, _text, "cluster.local",
+    "how live heads are reached (`{head-svc}.{ns}.svc.{domain}:{dashboard-port}`)", group=LIVE,
+)  # fmt: skip
+PROXY_TIMEOUT = Setting(
+    "--proxy-timeout", None, duration(), DEFAULT_PROXY_TIMEOUT,
+    "seconds to wait for a proxied answer; also bounds the wait for a log stream's first answer (504)",
+    f"`{DEFAULT_PROXY_TIMEOUT:g}`", group=LIVE,
+)  # fmt: skip
+MAX_LIVE_STREAMS = Setting[int | None](
+    "--max-live-streams", None, positive_int, None,
+    "live log streams open at once per worker; beyond it 503 with `Retry-After`", "half of `--threads`", group=LIVE,
+)  # fmt: skip
+
+# The environment is read by configure_logging (logging starts before the rest); the flag wins.
+LOG_LEVEL = Setting[str | None](
+    "--log-level", "LOG_LEVEL", _text, None, "`DEBUG`, `INFO`, `WARNING`", "`INFO`", group=LOGGING,
+    env_fallback_elsewhere=True,
+)  # fmt: skip
+LOG_FORMAT = Setting[str | None](
+    "--log-format", "LOG_FORMAT", choice("text", "json"), None, "`json` for one JSON object per line", "`text`",
+    group=LOGGING, env_fallback_elsewhere=True,
+)  # fmt: skip
+
+SETTINGS: tuple[Setting[Any], ...] = (
+    HOST, PORT, WORKERS, THREADS, DASHBOARD_DIR, CLUSTERS_LIMIT, SECURE_COOKIES, ALLOWED_HOSTS,
+    CACHE_DIR, CACHE_MAX_SIZE, FRESHNESS, BUILD_TIMEOUT,
+    LIVE_CLUSTERS, KUBERNETES, KUBECONFIG, KUBECONFIGS, CLUSTER_DOMAIN, PROXY_TIMEOUT, MAX_LIVE_STREAMS,
+    LOG_LEVEL, LOG_FORMAT,
+)  # fmt: skip
+
+
+def table() -> str:
+    """The server's settings (storage ones aside) as a Markdown table."""
+    return markdown_table(SETTINGS, env_column=False)
