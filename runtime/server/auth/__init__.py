@@ -12,6 +12,7 @@ from typing import Any
 
 from runtime.server.auth.bearer import BearerTokenAuthenticator
 from runtime.server.auth.config import AUTH_MODES, AUTHZ_MODES, AuthConfig, parse_auth
+from runtime.server.auth.front_door import FrontDoorSettings, front_door_authenticator, parse_front_door
 from runtime.server.auth.gate import (
     AccessControl,
     AllowAll,
@@ -43,6 +44,7 @@ __all__ = [
     "AuthError",
     "AuthUnavailableError",
     "ForbiddenError",
+    "FrontDoorSettings",
     "Identity",
     "OidcSettings",
     "ResourceCheck",
@@ -52,13 +54,17 @@ __all__ = [
     "install",
     "no_namespace_data",
     "parse_auth",
+    "parse_front_door",
     "parse_oidc",
     "readable_namespaces",
 ]
 
 
 def build_access_control(
-    config: AuthConfig, kubernetes_client: Callable[[], Any] | None = None, oidc: OidcSettings | None = None
+    config: AuthConfig,
+    kubernetes_client: Callable[[], Any] | None = None,
+    oidc: OidcSettings | None = None,
+    front_door: FrontDoorSettings | None = None,
 ) -> AccessControl:
     """The authenticators and the authorizer ``config`` asks for.
 
@@ -66,10 +72,14 @@ def build_access_control(
     called once, only when ``kubernetes`` authentication or authorization is on. ``oidc``
     (from :func:`parse_oidc`) is required with ``--auth oidc``; the result then carries the
     login URL, its redirect and the ``auth`` blueprint, which :func:`install` registers.
+    ``front_door`` (from :func:`parse_front_door`) is required with ``--auth trusted-header``
+    and refused without it.
 
     Raises:
         ValueError: naming the flag, when a mode cannot be set up.
     """
+    if front_door is not None and "trusted-header" not in config.modes:
+        raise ValueError("--trusted-header: only used with --auth trusted-header")
     if not config.enabled:
         return AccessControl(authenticators=(), authorizer=AllowAll())
     reviews: KubernetesReviews | None = None
@@ -87,6 +97,8 @@ def build_access_control(
     for mode in config.modes:
         if mode == "kubernetes":
             authenticators.append(BearerTokenAuthenticator(kube_reviews("--auth kubernetes")))
+        elif mode == "trusted-header":
+            authenticators.append(front_door_authenticator(front_door))
         elif mode == "oidc":
             if oidc is None:
                 raise ValueError("--auth oidc: needs --oidc-issuer, --oidc-client-id, --oidc-client-secret-file ...")

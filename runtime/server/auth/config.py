@@ -12,9 +12,10 @@ from pathlib import Path
 
 from runtime.server.auth.kubernetes import ResourceCheck
 
-#: Implemented authenticators (signed front-door headers follow, #16). ``oidc`` needs the
-#: ``--oidc-*`` flags too: :func:`runtime.server.auth.oidc_settings.parse_oidc`.
-AUTH_MODES = ("none", "kubernetes", "oidc")
+#: Implemented authenticators (#16). ``oidc`` needs the ``--oidc-*`` flags too
+#: (:func:`runtime.server.auth.oidc_settings.parse_oidc`), ``trusted-header`` the
+#: ``--trusted-header`` ones (:func:`runtime.server.auth.front_door_settings.parse_front_door`).
+AUTH_MODES = ("none", "kubernetes", "oidc", "trusted-header")
 AUTHZ_MODES = ("none", "kubernetes", "static")
 
 

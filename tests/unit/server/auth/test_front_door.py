@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import jwt
@@ -29,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from flask import Blueprint, Flask, Response, g, jsonify
 from werkzeug.serving import make_server
 
-from runtime.server.auth import AccessControl, install
+from runtime.server.auth import AccessControl, build_access_control, install, parse_auth
 from runtime.server.auth.front_door import (
     ALB_KEY_URL,
     IAP_ISSUER,
@@ -425,3 +426,31 @@ def test_alb_region_comes_from_the_arn() -> None:
 def test_bad_flags_name_the_flag(kind: str, flags: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         parse_front_door(kind, **flags)
+
+
+# --- wiring ----------------------------------------------------------------------------
+
+
+def test_build_access_control_wires_trusted_header(keys: tuple[KeyServer, ThreadingHTTPServer], tmp_path: Path) -> None:
+    state, _ = keys
+    key = _new_key()
+    state.jwks = [_jwk(key, "iap-1")]
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("namespaces:\n  team-a:\n    users: ['alice@example.com']\n")
+    config = parse_auth("trusted-header", "static", policy_file=str(policy))
+    with serving(build_access_control(config, front_door=_iap_settings(state))) as url:
+        assert _call(url, {"x-goog-iap-jwt-assertion": iap_token(key)}).status_code == 200
+        assert _call(url, {"x-goog-iap-jwt-assertion": iap_token(key)}, "team-b").status_code == 403
+        assert _call(url, {}).status_code == 401
+
+
+def test_auth_trusted_header_needs_its_settings_and_only_it_takes_them(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("namespaces: {}\n")
+    with pytest.raises(ValueError, match="--trusted-header: iap or alb is required"):
+        build_access_control(parse_auth("trusted-header", "static", policy_file=str(policy)))
+    settings = FrontDoorSettings(kind="iap", iap_audience=AUDIENCE)
+    for auth, authz in (("none", ""), ("kubernetes", "static")):
+        config = parse_auth(auth, authz, policy_file=str(policy) if authz else None)
+        with pytest.raises(ValueError, match="--trusted-header: only used with --auth trusted-header"):
+            build_access_control(config, front_door=settings)
