@@ -39,6 +39,7 @@ demo: venv
 
 test: venv node-deps system-deps
 	$(VENV)/bin/ruff check runtime infra tests bench
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest
 
@@ -47,6 +48,7 @@ test-fast: venv node-deps system-deps
 
 lint: venv
 	$(VENV)/bin/ruff check runtime infra tests bench
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff format --check runtime infra tests bench
 
 typecheck: venv
