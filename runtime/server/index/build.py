@@ -37,7 +37,7 @@ from runtime.server.index import schema
 from runtime.server.index.cpus import usable_cpus
 from runtime.server.index.fingerprint import fingerprints
 from runtime.server.index.pool import WorkerError, WorkerPool
-from runtime.server.index.shard_db import BULK_PRAGMAS, create_bulk_db, split_ddl, write_shard
+from runtime.server.index.shard_db import BULK_PRAGMAS, append_shards, create_bulk_db, split_ddl, write_shard
 from runtime.server.index.sources import Sources, classify, read_all, read_one, stream_lines
 from runtime.server.index.tables import insert_actors, insert_jobs, insert_nodes
 from runtime.server.replay.jobs import merge_jobs, parse_snapshot
@@ -315,7 +315,7 @@ class _Build:
                 conn.execute(pragma)
             conn.execute("PRAGMA cache_size = -262144")  # appended rows update five indexes
             if len(self.shard_paths) > 1:
-                _append_shards(conn, self.shard_paths[1:])
+                append_shards(conn, self.shard_paths[1:], _unlink_all)
             conn.execute("BEGIN")
             nodes = replay.nodes.rows(self.session)
             insert_nodes(conn, nodes)
@@ -355,30 +355,6 @@ def _unlink_all(path: Path) -> None:
 def _objects(listing: Sequence[ObjectInfo], prefix: str) -> Iterator[tuple[str, int, str]]:
     for info in listing:
         yield relative_key(info.key, prefix), info.size, info.version or ""
-
-
-def _append_shards(conn: sqlite3.Connection, paths: list[Path]) -> None:
-    """Shards hold ascending id ranges: appending them in order keeps the B-tree
-    writes sequential. Then equal task_counts keys of different shards are summed."""
-    for n, shard in enumerate(paths):
-        conn.execute("ATTACH DATABASE ? AS shard", (str(shard),))
-        conn.execute("BEGIN")
-        for table in ("tasks", "task_counts", "profile_events"):
-            conn.execute(f"INSERT INTO main.{table} SELECT * FROM shard.{table}")  # noqa: S608 - fixed names
-        conn.execute("COMMIT")
-        conn.execute("DETACH DATABASE shard")
-        logger.debug("appended task shard %d", n + 1)
-        # Deleting a GB-sized file takes the kernel a while; nobody needs to wait.
-        threading.Thread(target=_unlink_all, args=(shard,), name="shard-unlink", daemon=True).start()
-    conn.execute("BEGIN")
-    conn.execute(
-        "CREATE TEMP TABLE counts AS SELECT job_id, state, type, name, func_name, SUM(n) AS n"
-        " FROM task_counts GROUP BY job_id, state, type, name, func_name"
-    )
-    conn.execute("DELETE FROM task_counts")
-    conn.execute("INSERT INTO task_counts SELECT * FROM temp.counts")
-    conn.execute("DROP TABLE temp.counts")
-    conn.execute("COMMIT")
 
 
 def _write_meta(path: Path, cluster: ClusterRef, session: str, prints: tuple[str, str], stats: BuildStats) -> None:

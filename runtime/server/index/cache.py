@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import multiprocessing
 import os
 import sqlite3
 import threading
@@ -34,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runtime.server.errors import ApiError, SessionLoadError
+from runtime.server.errors import ApiError
 from runtime.server.index.fingerprint import fingerprints
 from runtime.server.index.locks import KeyedLocks, file_lock, lock_path, remove_lock_file
 from runtime.server.index.reader import SessionIndex
@@ -49,11 +48,8 @@ from runtime.storage.layout import ClusterRef, KeyLayout
 from runtime.storage.session_keys import is_readable_event_file, parse_session_key, relative_key
 
 if TYPE_CHECKING:
-    from multiprocessing.connection import Connection
-
     from runtime.server.config import ServerConfig
     from runtime.server.metrics import ServerMetrics
-    from runtime.storage.config import StorageConfig
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +164,9 @@ class IndexCache:
         started = time.perf_counter()
         try:
             if in_child:
-                _build_in_child(
+                from runtime.server.index.child import build_in_child
+
+                build_in_child(
                     storage=self.config.storage,
                     cluster=cluster,
                     session=session,
@@ -296,65 +294,3 @@ def _size(path: Path) -> int:
 def _remove(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
-
-
-def _child_build(
-    *, storage: StorageConfig, cluster: ClusterRef, session: str, out: str, listing: list[ObjectInfo], conn: Connection
-) -> None:
-    """Child-process body: build, then report stats or the error over the pipe."""
-    try:
-        from runtime.server.index.build import build_index
-        from runtime.storage.config import open_store
-
-        store = open_store(storage, check=False)
-        build_index(store, storage.layout, cluster, session, Path(out), listing=listing)
-        conn.send(("ok", ""))
-    except BaseException as exc:  # the parent re-raises it as a load error
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
-    finally:
-        conn.close()
-
-
-def _build_in_child(
-    *,
-    storage: StorageConfig,
-    cluster: ClusterRef,
-    session: str,
-    out: Path,
-    listing: Sequence[ObjectInfo],
-    timeout: float,
-) -> None:
-    """Build in a spawned process, so the serving process's RSS stays small after
-    replaying a big session (a fork of a threaded server is unsafe; spawn is not)."""
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(
-        target=_child_build,
-        kwargs={
-            "storage": storage,
-            "cluster": cluster,
-            "session": session,
-            "out": str(out),
-            "listing": list(listing),
-            "conn": child,
-        },
-        name=f"index-build-{session}",
-        daemon=True,
-    )
-    proc.start()
-    child.close()
-    try:
-        if not parent.poll(timeout):
-            raise SessionLoadError(f"indexing {session} took longer than {timeout:.0f} s; it was stopped")
-        status, message = parent.recv()
-    except EOFError:
-        status, message = "error", f"the index builder process died (exit code {proc.exitcode})"
-    finally:
-        if proc.is_alive():
-            proc.join(5)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-        parent.close()
-    if status != "ok":
-        raise SessionLoadError(f"indexing {session} failed: {message}")

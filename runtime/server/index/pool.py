@@ -26,6 +26,14 @@ logger = logging.getLogger(__name__)
 _REPO_ROOT = str(Path(runtime.__file__).resolve().parents[1])
 
 
+def python_env() -> dict[str, str]:
+    """The environment of our child interpreters: ours, with this package importable
+    (the server may run from a checkout rather than an installed wheel)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
 class WorkerError(RuntimeError):
     """A shard worker failed; the build cannot complete."""
 
@@ -33,8 +41,7 @@ class WorkerError(RuntimeError):
 class WorkerPool:
     def __init__(self, shard_paths: list[Path], base_ns: int = 0, queue_frames: int = 8) -> None:
         self.shard_paths = shard_paths
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH", "")) if p)
+        env = python_env()
         self._procs: list[subprocess.Popen[bytes]] = []
         self._stderr: list[IO[bytes]] = []
         self._queues: list[queue.Queue[bytes | None]] = []

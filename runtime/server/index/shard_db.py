@@ -9,13 +9,18 @@ a file whose tables come from the index DDL, tasks in primary-key order
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from runtime.server.index import schema
 from runtime.server.replay.render_tasks import INSERT_PROFILE_EVENT, INSERT_TASK, INSERT_TASK_COUNT
 from runtime.server.replay.shard import ShardResult, TaskShard
+
+logger = logging.getLogger(__name__)
 
 #: Task rows are ~1-2 KB; WITHOUT ROWID tables spill rows larger than ~1/4 of a
 #: page into overflow pages, so the index uses 16 KiB pages.
@@ -71,3 +76,27 @@ def write_shard(conn: sqlite3.Connection, shard: TaskShard, indexes: bool = Fals
             if " ON tasks " in statement or " ON profile_events " in statement:
                 conn.execute(statement)
     return shard.result(renderer)
+
+
+def append_shards(conn: sqlite3.Connection, paths: list[Path], unlink: Callable[[Path], None]) -> None:
+    """Shards hold ascending id ranges: appending them in order keeps the B-tree
+    writes sequential. Then equal task_counts keys of different shards are summed."""
+    for n, shard in enumerate(paths):
+        conn.execute("ATTACH DATABASE ? AS shard", (str(shard),))
+        conn.execute("BEGIN")
+        for table in ("tasks", "task_counts", "profile_events"):
+            conn.execute(f"INSERT INTO main.{table} SELECT * FROM shard.{table}")  # noqa: S608 - fixed names
+        conn.execute("COMMIT")
+        conn.execute("DETACH DATABASE shard")
+        logger.debug("appended task shard %d", n + 1)
+        # Deleting a GB-sized file takes the kernel a while; nobody needs to wait.
+        threading.Thread(target=unlink, args=(shard,), name="shard-unlink", daemon=True).start()
+    conn.execute("BEGIN")
+    conn.execute(
+        "CREATE TEMP TABLE counts AS SELECT job_id, state, type, name, func_name, SUM(n) AS n"
+        " FROM task_counts GROUP BY job_id, state, type, name, func_name"
+    )
+    conn.execute("DELETE FROM task_counts")
+    conn.execute("INSERT INTO task_counts SELECT * FROM temp.counts")
+    conn.execute("DROP TABLE temp.counts")
+    conn.execute("COMMIT")

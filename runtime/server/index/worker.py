@@ -5,8 +5,8 @@ lines; a zero length ends the input), replays them as one
 :class:`~runtime.server.replay.shard.TaskShard`, writes the rows into a fresh
 SQLite file ``SHARD_DB`` and prints one JSON line with its counters on stdout.
 Events that are not task events go to ``SHARD_DB.rest`` (JSON lines) for the
-parent. A plain subprocess (not multiprocessing) so that a build already running
-in a daemonic child process can still start workers.
+parent. A plain subprocess of our interpreter, like the whole-build child
+(:mod:`runtime.server.index.child`) that may be the one starting it.
 """
 
 from __future__ import annotations
