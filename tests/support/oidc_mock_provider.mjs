@@ -9,6 +9,8 @@
 // one), except these directives:
 //   "__exp_in": N             the ID token expires N seconds from now
 //   "__tamper_signature": true  the ID token's claims are changed after signing
+//   "__login_form": true      /authorize shows a login form (GET /login-form) instead of
+//                             logging the browser in: what a real provider does after logout
 import { readFileSync } from "node:fs";
 import { OAuth2Server, Events } from "oauth2-mock-server";
 
@@ -44,6 +46,15 @@ server.service.on(Events.BeforeResponse, (response) => {
   claims.groups = ["cluster-admins"];
   const forged = Buffer.from(JSON.stringify(claims)).toString("base64url");
   response.body.id_token = `${header}.${forged}.${signature}`;
+});
+
+server.service.on(Events.BeforeAuthorizeRedirect, (redirect) => {
+  if (directives().__login_form) redirect.url.href = `${server.issuer.url}/login-form`;
+});
+
+server.service.addRoute("GET", "/login-form", (_req, res) => {
+  res.writeHead(200, { "Content-Type": "text/html" });
+  res.end("<h1>provider login form</h1>");
 });
 
 await server.start(0, "127.0.0.1");
