@@ -39,6 +39,8 @@ logger = logging.getLogger(__name__)
 LOGIN_URL = "/login"
 LOGOUT_URL = "/logout"
 MAX_NEXT = 2048
+#: A login shorter than this is refused (already expired, accepted only within the clock leeway).
+MIN_SESSION = 1
 _SAFE_PATH = re.compile(r"^/(?![/\\])[^\x00-\x1f\x7f\\]*$")
 
 
@@ -135,6 +137,8 @@ def oidc_blueprint(authenticator: OidcAuthenticator) -> Blueprint:
         who = identity_from_claims(claims, settings.groups_claim)
         now = time.time()
         expires = min(now + settings.session_lifetime, float(claims["exp"]))
+        if expires < now + MIN_SESSION:  # accepted within the clock leeway, but a login of no use
+            raise LoginError("the ID token expires already: check the clocks of this server and the provider")
         try:
             sealed = cookies.seal_session(who, expires)
         except CookieTooLargeError:

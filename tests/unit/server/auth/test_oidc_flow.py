@@ -118,13 +118,13 @@ def test_tampered_cookie_is_no_login(app: ServedApp) -> None:
 
 
 def test_expired_cookie_is_logged_out(app: ServedApp, provider: MockOidcProvider) -> None:
-    provider.set_claims({**ALICE, "__exp_in": 2})
+    provider.set_claims({**ALICE, "__exp_in": 3})
     session = requests.Session()
     done = _login(session, app)
     assert done.status_code == 302
     value = session.cookies[COOKIE]
     assert _fresh("GET", f"{app.url}/data/team-a", headers={"Cookie": f"{COOKIE}={value}", **JSON}).status_code == 200
-    time.sleep(2.2)
+    time.sleep(3.2)
     # Sent again after its expiry (as a client ignoring Max-Age would): not a login any more.
     late = _fresh("GET", f"{app.url}/data/team-a", headers={"Cookie": f"{COOKIE}={value}", **JSON})
     assert late.status_code == 401
@@ -176,6 +176,7 @@ def test_state_mismatch_and_missing_login_state_are_refused(app: ServedApp) -> N
         ({"nonce": "a-replayed-nonce"}, "nonce"),
         ({"__tamper_signature": True}, "signature"),
         ({"__exp_in": -600}, "expired"),
+        ({"__exp_in": -30}, "expired within the clock leeway"),
     ],
 )
 def test_id_tokens_not_for_us_are_refused(
