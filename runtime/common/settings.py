@@ -149,7 +149,8 @@ def _fail(parser: argparse.ArgumentParser, message: str) -> NoReturn:
 
 
 def _plain(markdown: str) -> str:
-    return markdown.replace("`", "")
+    # argparse %-formats help strings: a literal "%" ("503 from 80 %") must be doubled.
+    return markdown.replace("`", "").replace("%", "%%")
 
 
 def _help(setting: Setting[Any]) -> str:

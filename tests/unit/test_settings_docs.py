@@ -27,6 +27,7 @@ TABLES = {"collector": collector_settings.table, "server": server_settings.table
 def test_every_declared_flag_is_parsed_and_every_visible_one_documented(
     settings: tuple[Setting[Any], ...], parser: Any
 ) -> None:
+    assert "--help" in parser().format_help()  # every help text renders (argparse %-formats them)
     flags = {option for action in parser()._actions for option in action.option_strings}
     rendered = markdown_table(settings)
     for setting in settings:
