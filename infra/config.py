@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from infra.config_access import default_access, read_access
 from infra.config_model import (
     DEFAULT_KUBERAY_VERSION,
     AwsSettings,
@@ -472,6 +473,7 @@ def parse_config(raw: Mapping[str, object]) -> StackConfig:
         storage=_read_section(root, "storage", _storage) or StorageSettings(),
         images=_read_section(root, "images", _images) or ImageSettings(),
         history_server=_read_section(root, "historyServer", _history_server) or HistoryServerSettings(),
+        access=_read_section(root, "access", read_access) or default_access(),
         kuberay=_read_section(root, "kuberay", _kuberay) or KubeRaySettings(),
         workloads=_read_section(root, "workloads", _workloads) or WorkloadSettings(),
         **sections,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from infra.components.server_access import ServerAccess
+
 #: Default chart version of the KubeRay operator (the RayClusterHistoryServer gate needs >= 1.7).
 DEFAULT_KUBERAY_VERSION = "1.7.1"
 
@@ -221,6 +223,7 @@ class StackConfig:
     storage: StorageSettings = field(default_factory=StorageSettings)
     images: ImageSettings = field(default_factory=ImageSettings)
     history_server: HistoryServerSettings = field(default_factory=HistoryServerSettings)
+    access: ServerAccess = field(default_factory=ServerAccess)
     kuberay: KubeRaySettings = field(default_factory=KubeRaySettings)
     workloads: WorkloadSettings = field(default_factory=WorkloadSettings)
     gcp: GcpSettings | None = None

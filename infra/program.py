@@ -132,6 +132,7 @@ def deploy(config: StackConfig | None = None) -> Deployment:
             cache_storage_class=config.history_server.cache_storage_class or None,
             cluster_role_name=config.history_server.cluster_role_name,
             image_ready=image_builds,
+            access=config.access,
             cluster_role_annotations=cluster_role_annotations(config, cluster.kubeconfig),
         ),
         opts=on_k8s,

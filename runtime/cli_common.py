@@ -42,6 +42,10 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        # Structured fields a record carries (the history server's audit lines) become keys.
+        audit = getattr(record, "audit", None)
+        if isinstance(audit, dict):
+            entry.update(audit)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)

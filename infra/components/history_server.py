@@ -13,9 +13,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.components.contracts import SERVER_SERVICE_ACCOUNT, StorageWiring
+from infra.components.server_access import REVIEW_RULES, ServerAccess
 from runtime.common.quantities import parse_quantity
 
 SERVICE_NAME = "historyserver"
+#: The ConfigMap holding the ``static`` authorization policy.
+POLICY_CONFIG_MAP = "historyserver-authz-policy"
 SERVICE_PORT = 30080  # as upstream's manifests and the GKE guide
 CONTAINER_PORT = 8080
 CACHE_DIR = "/var/cache/historyserver"
@@ -111,6 +114,8 @@ class HistoryServerArgs:
     image_pull_policy: str = "IfNotPresent"
     extra_args: list[str] = field(default_factory=list)
     ingress: HistoryServerIngress | None = None
+    #: None: the server's own default (``--auth none``), for a server nobody else reaches.
+    access: ServerAccess | None = None
     cluster_role_name: str = "raycluster-reader"
     image_ready: list[pulumi.Resource] = field(default_factory=list)
     cluster_role_annotations: pulumi.Input[dict[str, str]] = field(default_factory=dict)
@@ -128,6 +133,8 @@ class HistoryServerArgs:
             raise ValueError(f"wiring.backend: {self.wiring.backend!r} is not gcs, s3, azureblob or local")
         if self.ingress is not None and not self.ingress.host.strip():
             raise ValueError("ingress.host: required when an ingress is requested")
+        if self.access is not None:
+            self.access.validate()
 
     def container_resources(self) -> dict[str, dict[str, str]]:
         """``resources`` plus ``ephemeral-storage`` (request = limit) for every local write of the pod."""
@@ -162,6 +169,7 @@ class HistoryServerArgs:
             *(["--secure-cookies"] if self.ingress is not None and self.ingress.tls_secret_name else []),
             # The server answers only Host names it knows (DNS rebinding): add the Ingress's.
             *([f"--allowed-hosts={self.ingress.host}"] if self.ingress is not None else []),
+            *(self.access.server_args() if self.access is not None else []),
             *self.extra_args,
         ]
 
@@ -247,8 +255,11 @@ class HistoryServerK8s(pulumi.ComponentResource):
         role = k8s.rbac.v1.ClusterRole(
             f"{name}-reader",
             metadata={"name": args.cluster_role_name, "labels": labels, "annotations": args.cluster_role_annotations},
-            # Live-cluster discovery only: nothing else, no watch, no secrets.
-            rules=[{"api_groups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["list", "get"]}],
+            # Live-cluster discovery, and the reviews of kubernetes access control: no watch, no secrets.
+            rules=[
+                {"api_groups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["list", "get"]},
+                *(REVIEW_RULES if args.access is not None and args.access.uses_kubernetes else []),
+            ],
             opts=child,
         )
         k8s.rbac.v1.ClusterRoleBinding(
@@ -259,6 +270,7 @@ class HistoryServerK8s(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[role, account]),
         )
 
+        access_objects = self._access_objects(name, args, ns, labels, in_ns)
         env = pulumi.Output.all(
             pulumi.Output.from_input(args.wiring.env), pulumi.Output.from_input(args.wiring.server.env)
         ).apply(lambda parts: container_env(dict(parts[0] or {}), dict(parts[1] or {}), args.wiring.secret_env))
@@ -275,7 +287,8 @@ class HistoryServerK8s(pulumi.ComponentResource):
             },
             # The pod's credentials work only once the cloud side of its identity exists.
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[*depends, account, *args.wiring.server.ready, *args.image_ready]
+                parent=self,
+                depends_on=[*depends, account, *args.wiring.server.ready, *args.image_ready, *access_objects],
             ),
         )
         service = k8s.core.v1.Service(
@@ -300,6 +313,8 @@ class HistoryServerK8s(pulumi.ComponentResource):
 
     @staticmethod
     def _pod_spec(args: HistoryServerArgs, env: pulumi.Output[list[dict[str, Any]]]) -> dict[str, Any]:
+        access_volumes, access_mounts = args.access.volumes(POLICY_CONFIG_MAP) if args.access else ([], [])
+
         def probe(path: str, period: int, failures: int) -> dict[str, Any]:
             # 10 s timeouts: a CPU-throttled pod busy with a cold index build still
             # answers, just slowly; gthread serves probes from their own thread.
@@ -348,6 +363,7 @@ class HistoryServerK8s(pulumi.ComponentResource):
                         {"name": "cache", "mount_path": CACHE_DIR},
                         {"name": "tmp", "mount_path": "/tmp"},  # noqa: S108 - an emptyDir
                         {"name": "shm", "mount_path": "/dev/shm"},  # noqa: S108 - gunicorn worker heartbeats
+                        *access_mounts,
                     ],
                 }
             ],
@@ -356,8 +372,37 @@ class HistoryServerK8s(pulumi.ComponentResource):
                 {"name": "tmp", "empty_dir": {"size_limit": TMP_SIZE}},
                 # Memory-backed: counts against the memory limit, so keep it small.
                 {"name": "shm", "empty_dir": {"medium": "Memory", "size_limit": "64Mi"}},
+                *access_volumes,
             ],
         }
+
+    def _access_objects(
+        self, name: str, args: HistoryServerArgs, ns: str, labels: dict[str, str], in_ns: pulumi.ResourceOptions
+    ) -> list[pulumi.Resource]:
+        """The ``static`` policy's ConfigMap and the NetworkPolicy of ``access.ingress_from``."""
+        made: list[pulumi.Resource] = []
+        access = args.access
+        if access is None:
+            return made
+        if access.authz == "static":
+            made.append(
+                k8s.core.v1.ConfigMap(
+                    f"{name}-authz-policy",
+                    metadata={"name": POLICY_CONFIG_MAP, "namespace": ns, "labels": labels},
+                    data={"policy.yaml": access.policy},
+                    opts=in_ns,
+                )
+            )
+        if access.ingress_from:
+            made.append(
+                k8s.networking.v1.NetworkPolicy(
+                    f"{name}-ingress-from",
+                    metadata={"name": f"{SERVICE_NAME}-ingress", "namespace": ns, "labels": labels},
+                    spec=access.network_policy_spec(labels, CONTAINER_PORT),
+                    opts=in_ns,
+                )
+            )
+        return made
 
     def _ingress(
         self, name: str, ingress: HistoryServerIngress, ns: str, labels: dict[str, str], service: k8s.core.v1.Service

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
 from flask import Flask, Response, g, request
 
+from runtime.server.auth import AccessControl, build_access_control
+from runtime.server.auth import install as install_access_control
 from runtime.server.config import ServerConfig
 from runtime.server.context import EXTENSION, Services
 from runtime.server.errors import register_error_handlers
 from runtime.server.guards import register_request_guards
 from runtime.server.index.cache import IndexCache
-from runtime.server.live.directory import live_directory_from_config
+from runtime.server.live.directory import kubernetes_mode, live_directory_from_config
 from runtime.server.live.discovery import LiveDirectory
 from runtime.server.metrics import ServerMetrics
 from runtime.storage.base import ObjectStore
@@ -28,9 +31,10 @@ def create_app(
     store: ObjectStore | None = None,
     live: LiveDirectory | None = None,
     metrics: ServerMetrics | None = None,
+    access: AccessControl | None = None,
 ) -> Flask:
-    """Build the history server. ``store``/``live``/``metrics`` may be passed in by
-    tests; by default they come from ``config``."""
+    """Build the history server. ``store``/``live``/``metrics``/``access`` may be passed
+    in by tests; by default they come from ``config``."""
     app = Flask(__name__, static_folder=None)
     app.url_map.strict_slashes = False  # go-restful ignores trailing slashes; so do we
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -46,9 +50,25 @@ def create_app(
 
     register_error_handlers(app)
     register_request_guards(app, config.allowed_hosts)
+    # Before the blueprints' own hooks: nothing runs for a caller who may not read.
+    install_access_control(app, access if access is not None else access_control_from_config(config))
     _register_blueprints(app)
     _instrument(app, metrics)
     return app
+
+
+def access_control_from_config(config: ServerConfig) -> AccessControl:
+    """``--auth``/``--authz``, with the Kubernetes API client RayCluster discovery uses."""
+
+    def kubernetes_client() -> Any:
+        mode = kubernetes_mode(config, os.environ)
+        if mode is None:
+            raise ValueError("--auth/--authz kubernetes: no Kubernetes API (run in a pod, or --kubernetes=kubeconfig)")
+        from runtime.server.live.k8s import kubernetes_api_client
+
+        return kubernetes_api_client(mode, config.kubeconfig)
+
+    return build_access_control(config.auth, kubernetes_client, oidc=config.oidc, front_door=config.front_door)
 
 
 def _register_blueprints(app: Flask) -> None:

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runtime.server.auth.config import AuthConfig
+from runtime.server.auth.front_door_settings import FrontDoorSettings
+from runtime.server.auth.oidc_settings import OidcSettings
 from runtime.server.hosts import default_allowed_hosts
 from runtime.storage.config import StorageConfig
 
@@ -60,6 +63,8 @@ class ServerConfig:
             literals always are (:mod:`runtime.server.hosts`).
         max_live_streams: live log streams proxied at once per worker; more are
             answered 503 (each holds a thread for as long as it runs).
+        auth: who may call and what they may read (``--auth``, ``--authz``).
+        oidc / front_door: the settings of ``--auth oidc`` / ``--auth trusted-header``.
     """
 
     storage: StorageConfig
@@ -82,6 +87,9 @@ class ServerConfig:
     secure_cookies: bool = False
     allowed_hosts: tuple[str, ...] = default_allowed_hosts()
     max_live_streams: int | None = None  # None: half the threads (see live_stream_limit)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    oidc: OidcSettings | None = None
+    front_door: FrontDoorSettings | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     @property

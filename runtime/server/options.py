@@ -23,6 +23,9 @@ from pathlib import Path
 from runtime.cli_common import configure_logging, open_configured_store
 from runtime.common.settings import SettingError, add_arguments
 from runtime.server import settings as ss
+from runtime.server.auth.config import AuthConfig, parse_auth
+from runtime.server.auth.front_door_settings import FrontDoorSettings, parse_front_door
+from runtime.server.auth.oidc_settings import OidcSettings, parse_oidc
 from runtime.server.config import ServerConfig
 from runtime.server.hosts import default_allowed_hosts
 from runtime.server.live.directory import live_directory_from_config
@@ -128,6 +131,41 @@ def _allowed_hosts(
     return tuple(dict.fromkeys((*defaults, *extra)))
 
 
+def _auth(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, env: Mapping[str, str]
+) -> tuple[AuthConfig, OidcSettings | None, FrontDoorSettings | None]:
+    """``--auth``/``--authz`` and the settings of the authenticators they name (exit 2 naming the flag)."""
+    try:
+        auth = parse_auth(ss.AUTH.read(args, env), ss.AUTHZ.read(args, env), args.authz_resource, args.authz_policy)
+        oidc_flags = (ss.OIDC_ISSUER, ss.OIDC_CLIENT_ID, ss.OIDC_CLIENT_SECRET_FILE, ss.OIDC_REDIRECT_URL)
+        oidc = None
+        if "oidc" in auth.modes:
+            oidc = parse_oidc(
+                ss.OIDC_ISSUER.read(args, env),
+                ss.OIDC_CLIENT_ID.read(args, env),
+                ss.OIDC_CLIENT_SECRET_FILE.read(args, env),
+                ss.OIDC_GROUPS_CLAIM.read(args, env) or "groups",
+                ss.OIDC_REDIRECT_URL.read(args, env),
+                cookie_key_file=ss.OIDC_COOKIE_KEY_FILE.read(args, env),
+            )
+        elif any(setting.read(args, env) for setting in oidc_flags):
+            raise ValueError("--oidc-*: only used with --auth oidc")
+        front_door = parse_front_door(
+            ss.TRUSTED_HEADER.read(args, env),
+            iap_audience=ss.IAP_AUDIENCE.read(args, env),
+            alb_arn=ss.ALB_ARN.read(args, env),
+            alb_region=ss.ALB_REGION.read(args, env),
+            groups_claim=ss.TRUSTED_HEADER_GROUPS_CLAIM.read(args, env),
+            iap_jwks_url=ss.IAP_JWKS_URL.read(args, env),
+            alb_key_url=ss.ALB_KEY_URL.read(args, env),
+        )
+        if ("trusted-header" in auth.modes) != (front_door is not None):
+            raise ValueError("--trusted-header: set it (iap or alb) exactly when --auth includes trusted-header")
+    except (SettingError, ValueError) as exc:
+        parser.error(str(exc))
+    return auth, oidc, front_door
+
+
 def _kubeconfig(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
     listed = [p.strip() for p in (args.kubeconfigs or "").split(",") if p.strip()]
     if len(listed) > 1:
@@ -156,6 +194,7 @@ def config_from_args(
     if len({(c.namespace, c.name) for c in args.live_cluster}) != len(args.live_cluster):
         parser.error("--live-cluster: the same [namespace/]name is given twice")
     cluster_domain = args.cluster_domain.strip(".")
+    auth, oidc, front_door = _auth(parser, args, env)
     return ServerConfig(
         storage=storage,
         cache_dir=_cache_dir(parser, args, env),
@@ -176,6 +215,21 @@ def config_from_args(
         secure_cookies=args.secure_cookies,
         allowed_hosts=_allowed_hosts(parser, args, env, cluster_domain),
         max_live_streams=args.max_live_streams,
+        auth=auth,
+        oidc=oidc,
+        front_door=front_door,
+    )
+
+
+def warn_if_open(config: ServerConfig) -> None:
+    """``--auth none`` is for a server only this machine reaches: say so when it listens wider."""
+    if config.auth.enabled or config.host in ("127.0.0.1", "::1", "localhost"):
+        return
+    logger.warning(
+        "--auth none on %s: anyone who reaches port %d reads every namespace's history; "
+        "use --auth kubernetes (and --authz) on a shared server, or --host 127.0.0.1",
+        config.host,
+        config.port,
     )
 
 
@@ -185,6 +239,7 @@ def load_config(argv: list[str] | None = None, env: Mapping[str, str] | None = N
     args = parser.parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     config = config_from_args(parser, args, env)
+    warn_if_open(config)
     try:
         # Built once here only to fail early on an unusable --kubernetes/--kubeconfig;
         # each worker builds its own.

@@ -29,6 +29,9 @@ SERVE = "serving"
 CACHE = "session index cache"
 LIVE = "live clusters"
 LOGGING = "logging"
+ACCESS = "access control"
+AUTH_ENV = "HISTORYSERVER_AUTH"
+AUTHZ_ENV = "HISTORYSERVER_AUTHZ"
 
 
 def size(text: str) -> int:
@@ -139,6 +142,55 @@ MAX_LIVE_STREAMS = Setting[int | None](
     "live log streams open at once per worker; beyond it 503 with `Retry-After`", "half of `--threads`", group=LIVE,
 )  # fmt: skip
 
+AUTH = Setting(
+    "--auth", AUTH_ENV, _text, "none",
+    "who is calling, comma-separated: `kubernetes` (bearer tokens, TokenReview); `none` only for a local server",
+    group=ACCESS,
+)  # fmt: skip
+AUTHZ = Setting(
+    "--authz", AUTHZ_ENV, _text, "",
+    "which namespaces they may read: `kubernetes` (SubjectAccessReview), `static` (`--authz-policy`); "
+    "`none` only with `--auth none`", "`none` with `--auth none`, else required", group=ACCESS,
+)  # fmt: skip
+AUTHZ_RESOURCE = Setting[str | None](
+    "--authz-resource", None, _text, None,
+    "what `kubernetes` authorization asks: may the caller VERB RESOURCE.GROUP in the namespace",
+    "`get:rayclusters.ray.io`", group=ACCESS,
+)  # fmt: skip
+AUTHZ_POLICY = Setting[str | None](
+    "--authz-policy", None, _text, None,
+    "YAML file: `namespaces: {NS or glob: {users: [...], groups: [...]}}`, re-read on change", group=ACCESS,
+)  # fmt: skip
+
+
+def _opt(flag: str, meaning: str, shown: str | None = None) -> Setting[str | None]:
+    """An access-control text setting with its ``HISTORYSERVER_...`` environment variable."""
+    env = "HISTORYSERVER_" + flag.lstrip("-").replace("-", "_").upper()
+    return Setting[str | None](flag, env, _text, None, meaning, shown, group=ACCESS)
+
+
+OIDC_ISSUER = _opt("--oidc-issuer", "`--auth oidc`: the identity provider's issuer URL (discovery document under it)")
+OIDC_CLIENT_ID = _opt("--oidc-client-id", "`--auth oidc`: the client id registered with the provider")
+OIDC_CLIENT_SECRET_FILE = _opt(
+    "--oidc-client-secret-file", "`--auth oidc`: a file holding the client secret (mount a Secret; never a value)"
+)
+OIDC_GROUPS_CLAIM = _opt("--oidc-groups-claim", "`--auth oidc`: the ID-token claim listing groups", "`groups`")
+OIDC_REDIRECT_URL = _opt(
+    "--oidc-redirect-url", "`--auth oidc`: the external callback URL, e.g. `https://HOST/oauth2/callback`"
+)
+OIDC_COOKIE_KEY_FILE = _opt(
+    "--oidc-cookie-key-file",
+    "`--auth oidc`: secrets (one per line, newest first) sealing the login cookie; every replica needs the same",
+    "derived from the client secret",
+)
+TRUSTED_HEADER = _opt("--trusted-header", "`--auth trusted-header`: the front door, `iap` (GKE) or `alb` (AWS)")
+IAP_AUDIENCE = _opt("--iap-audience", "`iap`: the expected audience (`/projects/NUMBER/global/backendServices/ID`)")
+IAP_JWKS_URL = _opt("--iap-jwks-url", "`iap`: where Google's signing keys are", "Google's")
+ALB_ARN = _opt("--alb-arn", "`alb`: the load balancer's ARN (the token's `signer`)")
+ALB_REGION = _opt("--alb-region", "`alb`: its region", "from `--alb-arn`")
+ALB_KEY_URL = _opt("--alb-key-url", "`alb`: the public-key URL template (`{region}`, `{kid}`)", "AWS's")
+TRUSTED_HEADER_GROUPS_CLAIM = _opt("--trusted-header-groups-claim", "`alb`: the claim listing groups", "none")
+
 # The environment is read by configure_logging (logging starts before the rest); the flag wins.
 LOG_LEVEL = Setting[str | None](
     "--log-level", "LOG_LEVEL", _text, None, "`DEBUG`, `INFO`, `WARNING`", "`INFO`", group=LOGGING,
@@ -153,6 +205,9 @@ SETTINGS: tuple[Setting[Any], ...] = (
     HOST, PORT, WORKERS, THREADS, DASHBOARD_DIR, CLUSTERS_LIMIT, SECURE_COOKIES, ALLOWED_HOSTS,
     CACHE_DIR, CACHE_MAX_SIZE, FRESHNESS, BUILD_TIMEOUT,
     LIVE_CLUSTERS, KUBERNETES, KUBECONFIG, KUBECONFIGS, CLUSTER_DOMAIN, PROXY_TIMEOUT, MAX_LIVE_STREAMS,
+    AUTH, AUTHZ, AUTHZ_RESOURCE, AUTHZ_POLICY,
+    OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET_FILE, OIDC_GROUPS_CLAIM, OIDC_REDIRECT_URL, OIDC_COOKIE_KEY_FILE,
+    TRUSTED_HEADER, IAP_AUDIENCE, IAP_JWKS_URL, ALB_ARN, ALB_REGION, ALB_KEY_URL, TRUSTED_HEADER_GROUPS_CLAIM,
     LOG_LEVEL, LOG_FORMAT,
 )  # fmt: skip
 

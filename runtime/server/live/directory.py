@@ -55,6 +55,16 @@ def live_directory_from_config(config: ServerConfig, env: Mapping[str, str] | No
     return directory
 
 
+def kubernetes_mode(config: ServerConfig, env: Mapping[str, str]) -> str | None:
+    """``in-cluster`` or ``kubeconfig`` as ``--kubernetes`` resolves here, None for no Kubernetes API."""
+    mode = (config.kubernetes or "auto").strip().lower()
+    if mode == "auto":
+        if config.kubeconfig:
+            return "kubeconfig"
+        return "in-cluster" if env.get("KUBERNETES_SERVICE_HOST") else None
+    return None if mode == "off" else mode
+
+
 def _kubernetes_directory(config: ServerConfig, env: Mapping[str, str]) -> LiveDirectory | None:
     mode = (config.kubernetes or "auto").strip().lower()
     if mode not in KUBERNETES_MODES:

@@ -27,6 +27,7 @@ import orjson
 from flask import Blueprint, Response, redirect, request
 from werkzeug.wrappers import Response as BaseResponse
 
+from runtime.server.auth import readable_namespaces
 from runtime.server.context import services
 from runtime.server.errors import ApiError
 from runtime.server.live.discovery import LiveCluster, LiveDiscoveryError
@@ -134,6 +135,9 @@ def list_clusters() -> Response:
     limit = max(0, svc.config.clusters_limit)
     matching = (e for e in map(stored_entry, stored) if _wanted(e, namespace, name))
     entries.extend(itertools.islice(matching, limit))
+    # Only what the caller may read: one decision per namespace seen, never the others' names.
+    readable = readable_namespaces(e["namespace"] for e in entries)
+    entries = [e for e in entries if e["namespace"] in readable]
     response = Response(orjson.dumps(entries, option=orjson.OPT_INDENT_2), mimetype="application/json")
     response.headers.update(headers)
     response.headers["Cache-Control"] = "no-store"

@@ -24,6 +24,7 @@ from flask import Blueprint, Flask, Response, current_app, redirect, request, se
 from werkzeug.security import safe_join
 from werkzeug.wrappers import Response as BaseResponse
 
+from runtime.server.auth import no_namespace_data
 from runtime.server.context import services
 from runtime.server.errors import ApiError, json_error
 from runtime.server.live.proxy import METHODS, proxy_request
@@ -126,6 +127,7 @@ def fallback(path: str) -> Response:
         if build is not None:
             found = safe_join(str(build), path)
             if found is not None and _is_file(Path(found)):
+                no_namespace_data()  # a file of the UI build, the same for every caller
                 response = send_from_directory(build, path, max_age=SHORT)
                 return _security_headers(response)
     try:

@@ -308,3 +308,12 @@ def test_reviews_without_the_servers_rbac_say_what_is_missing(stub: AuthApiStub)
     with pytest.raises(AuthUnavailableError, match="needs create on tokenreviews"):
         reviews.identity(ALICE)
     assert reviews.may_read(Identity("alice@example.com", ("team-a",)), "team-a") is True
+
+
+def test_audit_fields_are_json_keys_with_log_format_json() -> None:
+    from runtime.cli_common import JsonFormatter
+
+    record = logging.LogRecord("runtime.server.audit", logging.INFO, __file__, 1, "access allow", (), None)
+    record.audit = {"identity": "alice@example.com", "namespace": "team-a", "decision": "allow"}
+    line = json.loads(JsonFormatter().format(record))
+    assert (line["identity"], line["namespace"], line["decision"]) == ("alice@example.com", "team-a", "allow")

@@ -1,0 +1,116 @@
+"""The ``access`` section of a stack: the history server's authentication and authorization.
+
+::
+
+    ray-history-server:access:
+      auth: [oidc, kubernetes]     # default: kubernetes, plus oidc when oidc is set
+      authz: kubernetes            # or static (with policy)
+      authzResource: get:rayclusters.ray.io
+      policy: |                    # authz static: namespaces -> users / groups
+        namespaces: {team-a: {groups: [team-a-devs]}}
+      oidc: {issuer: ..., clientId: ..., clientSecretName: ..., redirectUrl: ..., groupsClaim: groups}
+      trustedHeader: {kind: iap, iapAudience: /projects/NUMBER/global/backendServices/ID}
+      ingressFrom: [ingress-nginx] # a NetworkPolicy admits only these namespaces
+
+The OIDC client secret is never configuration: ``clientSecretName`` names a Secret in the
+server's namespace with the key ``client-secret``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from infra.components.server_access import AUTH_MODES, AUTHZ_MODES, FrontDoor, OidcClient, ServerAccess
+
+if TYPE_CHECKING:
+    from infra.config import _Section
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def default_access() -> ServerAccess:
+    """A stack without an ``access`` section: Kubernetes bearer tokens and RBAC (fail closed)."""
+    return ServerAccess()
+
+
+def read_access(s: _Section) -> ServerAccess:
+    """The section, validated; ConfigError naming the key otherwise."""
+    from infra.config import ConfigError, _key
+
+    raw_auth = s.get("auth", list, [])
+    oidc = _oidc(s)
+    front_door = _front_door(s)
+    if raw_auth:
+        modes = tuple(str(mode) for mode in raw_auth)
+    else:
+        modes = ("oidc", "kubernetes") if oidc is not None else ("kubernetes",)
+        if front_door is not None:
+            modes = ("trusted-header", *modes)
+    for mode in modes:
+        if mode not in AUTH_MODES:
+            raise ConfigError(f"{_key('access.auth')} must list {', '.join(AUTH_MODES)} (got {mode!r})")
+    authz = s.get("authz", str, "none" if modes == ("none",) else "kubernetes")
+    if authz not in AUTHZ_MODES:
+        raise ConfigError(f"{_key('access.authz')} must be one of {', '.join(AUTHZ_MODES)} (got {authz!r})")
+    namespaces = s.get("ingressFrom", list, [])
+    for index, namespace in enumerate(namespaces):
+        if not isinstance(namespace, str) or not _NAME.match(namespace):
+            raise ConfigError(f"{_key(f'access.ingressFrom[{index}]')} must be a namespace name (got {namespace!r})")
+    access = ServerAccess(
+        modes=modes,
+        authz=authz,
+        authz_resource=s.get("authzResource", str, ""),
+        policy=s.get("policy", str, ""),
+        oidc=oidc,
+        front_door=front_door,
+        ingress_from=tuple(namespaces),
+    )
+    try:
+        access.validate()
+    except ValueError as error:
+        raise ConfigError(f"{_key('access')}: {error}") from None
+    return access
+
+
+def _oidc(parent: _Section) -> OidcClient | None:
+    from infra.config import ConfigError, _key
+
+    s = parent.section("oidc")
+    if s is None:
+        return None
+    client = OidcClient(
+        issuer=s.require("issuer", str, "with access.oidc"),
+        client_id=s.require("clientId", str, "with access.oidc"),
+        client_secret_name=s.require(
+            "clientSecretName", str, "with access.oidc (a Secret in the server's namespace, key client-secret)"
+        ),
+        redirect_url=s.require("redirectUrl", str, "with access.oidc (https://HOST/oauth2/callback)"),
+        groups_claim=s.get("groupsClaim", str, "groups"),
+    )
+    s.reject_unknown()
+    for key, url in (("issuer", client.issuer), ("redirectUrl", client.redirect_url)):
+        if not url.startswith("https://"):
+            raise ConfigError(f"{_key('access.oidc.' + key)} must be an https:// URL (got {url!r})")
+    if not _NAME.match(client.client_secret_name):
+        raise ConfigError(f"{_key('access.oidc.clientSecretName')} must be a Secret name")
+    return client
+
+
+def _front_door(parent: _Section) -> FrontDoor | None:
+    from infra.config import ConfigError, _key
+
+    s = parent.section("trustedHeader")
+    if s is None:
+        return None
+    door = FrontDoor(
+        kind=s.choice("kind", ("iap", "alb")),
+        iap_audience=s.get("iapAudience", str, ""),
+        alb_arn=s.get("albArn", str, ""),
+    )
+    s.reject_unknown()
+    if door.kind == "iap" and not door.iap_audience:
+        raise ConfigError(f"{_key('access.trustedHeader.iapAudience')} is required with kind iap")
+    if door.kind == "alb" and not door.alb_arn.startswith("arn:"):
+        raise ConfigError(f"{_key('access.trustedHeader.albArn')} is required with kind alb (the ALB's ARN)")
+    return door

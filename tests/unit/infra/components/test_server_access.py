@@ -1,0 +1,148 @@
+"""The history server's access control on Kubernetes (#16): flags, mounted files, RBAC, NetworkPolicy.
+
+Every object is schema-validated, and the server flags the program generates are parsed by
+the real ``historyserver`` parser and access-control validation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+from infra.components.history_server import HistoryServerArgs
+from infra.components.server_access import OIDC_SECRET_DIR, POLICY_DIR, FrontDoor, OidcClient, ServerAccess
+from infra.config import ConfigError, parse_config
+from runtime.server.auth.config import parse_auth
+from runtime.server.options import build_parser
+from tests.unit.infra.components.test_history_server import AZURE_WIRING, _by_kind, _deploy
+from tests.unit.infra.schema_validation import validate_k8s
+from tests.unit.infra.test_config import base
+
+OIDC = OidcClient(
+    issuer="https://accounts.example.com",
+    client_id="ray-history",
+    client_secret_name="ray-history-oidc",
+    redirect_url="https://ray-history.example.com/oauth2/callback",
+)
+
+
+def _objects(access: ServerAccess | None) -> dict[str, dict[str, Any]]:
+    resources = _deploy(HistoryServerArgs(image="r/server:1", wiring=AZURE_WIRING, access=access))
+    for resource in resources:
+        validate_k8s(resource.inputs)
+    return _by_kind(resources)
+
+
+def _parsed(argv: list[str]) -> Any:
+    local_build = Path(ray.__file__).parent / "dashboard" / "client" / "build"
+    argv = [f"--dashboard-dir={local_build}" if a.startswith("--dashboard-dir=") else a for a in argv]
+    return build_parser().parse_args(argv)
+
+
+def _container(objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    container: dict[str, Any] = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def test_kubernetes_access_grants_the_reviews_and_passes_the_flags() -> None:
+    """``--auth/--authz kubernetes`` call TokenReview and SubjectAccessReview: the ClusterRole allows
+    ``create`` on both (https://kubernetes.io/docs/reference/access-authn-authz/authentication/#webhook-token-authentication,
+    https://kubernetes.io/docs/reference/access-authn-authz/authorization/#checking-api-access), and nothing more."""
+    objects = _objects(ServerAccess())
+    rules = objects["ClusterRole"]["rules"]
+    assert {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]} in rules
+    assert {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]} in rules
+    assert not [r for r in rules if "secrets" in r["resources"] or "*" in r["verbs"]]
+    args = _container(objects)["args"]
+    parsed = _parsed(args)
+    assert (parsed.auth, parsed.authz, parsed.kubernetes) == ("kubernetes", "kubernetes", "in-cluster")
+    assert parse_auth(parsed.auth, parsed.authz).enabled
+
+
+def test_no_access_control_means_no_review_rights() -> None:
+    rules = _objects(None)["ClusterRole"]["rules"]
+    assert rules == [{"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["list", "get"]}]
+
+
+def test_oidc_client_secret_comes_from_a_mounted_secret() -> None:
+    objects = _objects(ServerAccess(modes=("oidc", "kubernetes"), oidc=OIDC))
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "oidc-client")
+    assert volume["secret"] == {
+        "secretName": "ray-history-oidc",
+        "items": [{"key": "client-secret", "path": "client-secret"}],
+    }
+    mount = next(m for m in _container(objects)["volumeMounts"] if m["name"] == "oidc-client")
+    assert (mount["mountPath"], mount["readOnly"]) == (OIDC_SECRET_DIR, True)
+    parsed = _parsed(_container(objects)["args"])
+    assert parsed.auth == "oidc,kubernetes"
+    assert parsed.oidc_client_secret_file == f"{OIDC_SECRET_DIR}/client-secret"
+    assert parsed.oidc_issuer == OIDC.issuer and parsed.oidc_redirect_url == OIDC.redirect_url
+
+
+def test_static_policy_is_a_mounted_config_map() -> None:
+    policy = "namespaces:\n  team-a: {groups: [team-a-devs]}\n"
+    objects = _objects(ServerAccess(authz="static", policy=policy))
+    assert objects["ConfigMap"]["data"] == {"policy.yaml": policy}
+    parsed = _parsed(_container(objects)["args"])
+    assert parsed.authz_policy == f"{POLICY_DIR}/policy.yaml"
+    assert parse_auth(parsed.auth, parsed.authz, policy_file=parsed.authz_policy).authz == "static"
+
+
+def test_ingress_from_admits_only_those_namespaces() -> None:
+    """A NetworkPolicy selecting the server's pods admits its port only from the listed namespaces
+    (https://kubernetes.io/docs/concepts/services-networking/network-policies/#behavior-of-to-and-from-selectors)."""
+    objects = _objects(ServerAccess(ingress_from=("ingress-nginx",)))
+    spec = objects["NetworkPolicy"]["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "historyserver"
+    [rule] = spec["ingress"]
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8080}]
+
+
+def test_trusted_header_flags() -> None:
+    door = FrontDoor(kind="iap", iap_audience="/projects/1/global/backendServices/2")
+    parsed = _parsed(_container(_objects(ServerAccess(modes=("trusted-header",), front_door=door)))["args"])
+    assert (parsed.trusted_header, parsed.iap_audience) == ("iap", "/projects/1/global/backendServices/2")
+
+
+def test_stack_defaults_to_kubernetes_and_adds_oidc_when_configured() -> None:
+    assert parse_config(base()).access == ServerAccess()
+    oidc = {
+        "issuer": OIDC.issuer,
+        "clientId": OIDC.client_id,
+        "clientSecretName": OIDC.client_secret_name,
+        "redirectUrl": OIDC.redirect_url,
+    }
+    config = parse_config(base(access={"oidc": oidc, "ingressFrom": ["ingress-nginx"]}))
+    assert config.access.modes == ("oidc", "kubernetes")
+    assert config.access.oidc == OIDC and config.access.ingress_from == ("ingress-nginx",)
+
+
+@pytest.mark.parametrize(
+    ("access", "message"),
+    [
+        ({"auth": ["ldap"]}, "ray-history-server:access.auth must list"),
+        ({"authz": "static"}, "access.policy: required with authz static"),
+        ({"auth": ["none"], "authz": "kubernetes"}, "authz: none exactly when"),
+        (
+            {"oidc": {"issuer": "https://i", "clientId": "c", "redirectUrl": "https://r/cb"}},
+            "access.oidc.clientSecretName is required",
+        ),
+        (
+            {"oidc": {"issuer": "http://i", "clientId": "c", "clientSecretName": "s", "redirectUrl": "https://r/cb"}},
+            "access.oidc.issuer must be an https:// URL",
+        ),
+        ({"oidc": {"clientSecret": "hunter2"}}, "access.oidc.issuer is required"),
+        ({"trustedHeader": {"kind": "iap"}}, "access.trustedHeader.iapAudience is required"),
+        ({"ingressFrom": ["Ingress NGINX"]}, "access.ingressFrom[0] must be a namespace name"),
+    ],
+)
+def test_bad_access_settings_name_the_key(access: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_config(base(access=access))
+    assert message in str(error.value)
