@@ -37,8 +37,6 @@ def test_every_declared_flag_is_parsed_and_every_visible_one_documented(
             assert f"`{setting.flag or setting.env}" in rendered
 
 
-# Strict: once README.md holds the generated tables this passes, and the marker must go.
-@pytest.mark.xfail(reason="README.md tables not yet regenerated from render (issue #15)", strict=True)
 @pytest.mark.parametrize("binary", sorted(TABLES))
 def test_readme_holds_the_generated_tables(binary: str) -> None:
     assert TABLES[binary]() in README.read_text()
