@@ -11,6 +11,11 @@
       oidc: {issuer: ..., clientId: ..., clientSecretName: ..., redirectUrl: ..., groupsClaim: groups}
       trustedHeader: {kind: iap, iapAudience: /projects/NUMBER/global/backendServices/ID}
       ingressFrom: [ingress-nginx] # a NetworkPolicy admits only these namespaces
+      ingress:                     # an Ingress in front of the Service (TLS: the browser's cookies are Secure)
+        host: ray-history.example.com
+        className: nginx           # gce / alb / webapprouting.kubernetes.azure.com ...
+        tlsSecretName: ray-history-tls
+        annotations: {}            # the controller's: certificates, IAP, ALB OIDC (docs/deploy.md)
 
 The OIDC client secret is never configuration: ``clientSecretName`` names a Secret in the
 server's namespace with the key ``client-secret``.
@@ -21,6 +26,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from infra.components.history_server import HistoryServerIngress
 from infra.components.server_access import AUTH_MODES, AUTHZ_MODES, FrontDoor, OidcClient, ServerAccess
 
 if TYPE_CHECKING:
@@ -57,6 +63,7 @@ def read_access(s: _Section) -> ServerAccess:
     for index, namespace in enumerate(namespaces):
         if not isinstance(namespace, str) or not _NAME.match(namespace):
             raise ConfigError(f"{_key(f'access.ingressFrom[{index}]')} must be a namespace name (got {namespace!r})")
+    ingress = read_ingress(s)
     access = ServerAccess(
         modes=modes,
         authz=authz,
@@ -65,12 +72,36 @@ def read_access(s: _Section) -> ServerAccess:
         oidc=oidc,
         front_door=front_door,
         ingress_from=tuple(namespaces),
+        ingress=ingress,
     )
     try:
         access.validate()
     except ValueError as error:
         raise ConfigError(f"{_key('access')}: {error}") from None
     return access
+
+
+def read_ingress(parent: _Section) -> HistoryServerIngress | None:
+    """``access.ingress``: host (required), className, tlsSecretName, annotations."""
+    from infra.config import ConfigError, _key
+
+    s = parent.section("ingress")
+    if s is None:
+        return None
+    host = s.require("host", str, "with access.ingress (the DNS name browsers use)")
+    if not re.match(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", host) or ".." in host:
+        raise ConfigError(f"{_key('access.ingress.host')} must be a DNS name (got {host!r})")
+    annotations = s.get("annotations", dict, {})
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in annotations.items()):
+        raise ConfigError(f"{_key('access.ingress.annotations')} must map names to strings")
+    ingress = HistoryServerIngress(
+        host=host,
+        class_name=s.get("className", str, "") or None,
+        tls_secret_name=s.get("tlsSecretName", str, "") or None,
+        annotations=dict(annotations),
+    )
+    s.reject_unknown()
+    return ingress
 
 
 def _oidc(parent: _Section) -> OidcClient | None:

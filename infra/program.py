@@ -133,6 +133,7 @@ def deploy(config: StackConfig | None = None) -> Deployment:
             cluster_role_name=config.history_server.cluster_role_name,
             image_ready=image_builds,
             access=config.access,
+            ingress=config.access.ingress,
             cluster_role_annotations=cluster_role_annotations(config, cluster.kubeconfig),
         ),
         opts=on_k8s,

@@ -10,7 +10,10 @@ server's port only from those namespaces (the ingress controller's).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from infra.components.history_server import HistoryServerIngress
 
 POLICY_DIR = "/etc/ray-history/policy"
 OIDC_SECRET_DIR = "/var/run/secrets/ray-history/oidc"  # noqa: S105 - a mount path
@@ -64,6 +67,7 @@ class ServerAccess:
         oidc: the OIDC client (``oidc`` mode).
         front_door: the signed front door (``trusted-header`` mode).
         ingress_from: namespaces whose pods may reach the server (a NetworkPolicy); empty = no policy.
+        ingress: an Ingress in front of the Service (its host is also allowed by the server).
     """
 
     modes: tuple[str, ...] = ("kubernetes",)
@@ -73,6 +77,7 @@ class ServerAccess:
     oidc: OidcClient | None = None
     front_door: FrontDoor | None = None
     ingress_from: tuple[str, ...] = field(default_factory=tuple)
+    ingress: HistoryServerIngress | None = None
 
     def validate(self) -> None:
         for mode in self.modes:
@@ -92,6 +97,12 @@ class ServerAccess:
             raise ValueError("access.oidc: set it exactly when access.modes includes oidc")
         if ("trusted-header" in self.modes) != (self.front_door is not None):
             raise ValueError("access.front_door: set it exactly when access.modes includes trusted-header")
+        if (
+            self.oidc is not None
+            and self.ingress is not None
+            and not self.oidc.redirect_url.startswith(f"https://{self.ingress.host}/")
+        ):
+            raise ValueError(f"access.oidc.redirect_url: must be on the Ingress host https://{self.ingress.host}/")
         if self.front_door is not None and self.front_door.kind not in ("iap", "alb"):
             raise ValueError(f"access.front_door.kind: {self.front_door.kind!r} is not iap or alb")
 

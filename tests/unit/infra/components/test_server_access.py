@@ -146,3 +146,31 @@ def test_bad_access_settings_name_the_key(access: dict[str, Any], message: str) 
     with pytest.raises(ConfigError) as error:
         parse_config(base(access=access))
     assert message in str(error.value)
+
+
+def test_ingress_from_stack_config_reaches_the_deployment() -> None:
+    """``access.ingress``: an Ingress with TLS in front of the Service; its host is allowed by the server
+    and the selection cookies become Secure (the browser sees HTTPS)."""
+    from tests.unit.infra.mocks import FAKE_KUBECONFIG
+    from tests.unit.infra.test_config import stack_values
+    from tests.unit.infra.test_program import deploy_with
+
+    values = stack_values("gke")
+    values["kubeconfig"] = FAKE_KUBECONFIG
+    values["access"] = {
+        "ingress": {"host": "ray-history.example.com", "className": "gce", "tlsSecretName": "rh-tls"},
+        "ingressFrom": ["kube-system"],
+    }
+    mocks, _ = deploy_with(values)
+    ingress = mocks.one("kubernetes:networking.k8s.io/v1:Ingress").inputs
+    validate_k8s(ingress)
+    assert ingress["spec"]["tls"] == [{"hosts": ["ray-history.example.com"], "secretName": "rh-tls"}]
+    args = mocks.one("kubernetes:apps/v1:Deployment").inputs["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--allowed-hosts=ray-history.example.com" in args and "--secure-cookies" in args
+    assert mocks.one("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+
+
+def test_oidc_redirect_must_be_on_the_ingress_host() -> None:
+    oidc = {"issuer": OIDC.issuer, "clientId": "c", "clientSecretName": "s", "redirectUrl": "https://elsewhere/cb"}
+    with pytest.raises(ConfigError, match="must be on the Ingress host"):
+        parse_config(base(access={"oidc": oidc, "ingress": {"host": "ray-history.example.com"}}))
