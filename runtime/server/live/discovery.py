@@ -37,6 +37,46 @@ class LiveDiscoveryError(Exception):
     """The source of live clusters failed (API unreachable, forbidden, ...)."""
 
 
+class LiveAuthError(Exception):
+    """A cluster with Ray token auth needs a token that cannot be had (the message
+    names the Secret and what to grant; it never contains a token)."""
+
+
+#: The data key KubeRay reads the token from (``RAY_AUTH_TOKEN_SECRET_KEY``).
+TOKEN_SECRET_KEY = "auth_token"  # noqa: S105 - a key name, not a value
+
+
+@dataclass(frozen=True)
+class TokenAuth:
+    """Where a RayCluster's Ray auth token lives (KubeRay ``authOptions.mode: token``).
+
+    ``secret_name`` is ``authOptions.secretName`` or the Secret KubeRay generates
+    per cluster. ``kubernetes_delegated`` (``authOptions.enableK8sTokenAuth``)
+    clusters have no static token: Ray asks the API server instead, so the proxy
+    cannot authenticate to them and refuses (as the reference does).
+    """
+
+    namespace: str
+    secret_name: str
+    key: str = TOKEN_SECRET_KEY
+    kubernetes_delegated: bool = False
+
+    @property
+    def secret(self) -> str:
+        return f"{self.namespace}/{self.secret_name}"
+
+
+class TokenSource(ABC):
+    """Reads the token a :class:`TokenAuth` names. Thread-safe; never logs values."""
+
+    @abstractmethod
+    def token(self, auth: TokenAuth) -> str:
+        """The token; raises LiveAuthError when it cannot be read (fail closed)."""
+
+    def forget(self, auth: TokenAuth) -> None:  # noqa: B027 - optional hook, a source may cache nothing
+        """Drop a cached token (the cluster refused it: the Secret may have rotated)."""
+
+
 @dataclass(frozen=True)
 class LiveCluster:
     """A running RayCluster and where its head dashboard answers.
@@ -44,6 +84,7 @@ class LiveCluster:
     ``owner_kind`` is ``raycluster`` (with an empty ``owner_name``) for a bare
     RayCluster, else ``rayjob``/``rayservice`` and the owning CR's name.
     ``base_url`` is ``""`` while KubeRay has not created the head service yet.
+    ``token_auth`` says where the token of a cluster with Ray token auth lives.
     """
 
     namespace: str
@@ -52,6 +93,7 @@ class LiveCluster:
     owner_name: str
     created_at: datetime
     base_url: str
+    token_auth: TokenAuth | None = None
 
     @property
     def ready(self) -> bool:
@@ -92,6 +134,29 @@ class LiveDirectory(ABC):
 
         Raises LiveDiscoveryError when the source fails; ValueError for an unknown kind.
         """
+
+    #: Reads Ray auth tokens for the clusters this directory finds (None: cannot).
+    token_source: TokenSource | None = None
+
+    def auth_token(self, cluster: LiveCluster) -> str | None:
+        """The token to send to ``cluster``, None when it has no Ray token auth.
+
+        Raises LiveAuthError when it has and the token cannot be read: the caller
+        must then not send the request at all.
+        """
+        auth = cluster.token_auth
+        if auth is None:
+            return None
+        if auth.kubernetes_delegated:
+            raise LiveAuthError(
+                f"RayCluster {cluster.key} uses Kubernetes-delegated token auth "
+                "(authOptions.enableK8sTokenAuth), which the history server cannot proxy"
+            )
+        if self.token_source is None:
+            raise LiveAuthError(
+                f"RayCluster {cluster.key} uses Ray token auth, but no Kubernetes API can read Secret {auth.secret}"
+            )
+        return self.token_source.token(auth)
 
     def describe(self) -> str:
         return type(self).__name__
@@ -179,6 +244,8 @@ class CombinedLiveDirectory(LiveDirectory):
 
     def __init__(self, parts: Sequence[LiveDirectory]) -> None:
         self.parts = list(parts)
+        # Only the Kubernetes part reads Secrets; static entries have no token auth.
+        self.token_source = next((p.token_source for p in self.parts if p.token_source is not None), None)
 
     def list_clusters(self) -> LiveListing:
         clusters: list[LiveCluster] = []

@@ -1,7 +1,9 @@
 """Live RayClusters through the Kubernetes API (the official ``kubernetes`` client).
 
 Only ``get`` and ``list`` on ``rayclusters.ray.io`` are used: exactly what the
-ClusterRole ``raycluster-reader`` grants (the reference's RBAC). The dashboard
+ClusterRole ``raycluster-reader`` grants (the reference's RBAC) -- plus, for
+clusters with Ray token auth only, ``get`` on ``secrets`` in their namespaces
+(:mod:`runtime.server.live.tokens`; a Role per workload namespace). The dashboard
 URL is ``http://{status.head.serviceName}.{namespace}.svc.{cluster_domain}:{port}``
 -- namespace-qualified, unlike the reference, whose bare service name only
 resolves for clusters in the server's own namespace -- with the port named
@@ -13,6 +15,7 @@ fires ~10 requests per page and each would otherwise cost an API round trip.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -32,6 +35,7 @@ from runtime.server.live.discovery import (
     LiveListing,
     normalise_kind,
 )
+from runtime.server.live.tokens import SecretTokenSource, token_auth_from_spec
 from runtime.storage.errors import InvalidKeyError
 from runtime.storage.layout import OWNER_KINDS, RAYCLUSTER, validate_k8s_name, validate_namespace
 
@@ -150,6 +154,7 @@ def cluster_from_object(obj: Mapping[str, Any], cluster_domain: str) -> LiveClus
         owner_name=owner_name,
         created_at=parse_k8s_time(metadata.get("creationTimestamp")),
         base_url=base_url,
+        token_auth=token_auth_from_spec(namespace, name, _mapping(obj.get("spec"))),
     )
 
 
@@ -206,6 +211,8 @@ class KubernetesLiveDirectory(LiveDirectory):
         self.request_timeout = request_timeout
         self.page_size = page_size
         self._cache = _TTLCache(cache_ttl, CACHE_ENTRIES, clock)
+        # Ray auth tokens of token-auth clusters: get on secrets, per namespace.
+        self.token_source = SecretTokenSource(api_client, request_timeout=request_timeout, clock=clock)
 
     def describe(self) -> str:
         return f"kubernetes ({self.api_client.configuration.host})"
@@ -266,7 +273,7 @@ class KubernetesLiveDirectory(LiveDirectory):
         if candidates:
             found = _pick_for_owner(candidates)
             if found.owner_kind == RAYCLUSTER:  # labelled but no controller reference
-                found = LiveCluster(found.namespace, found.name, kind, name, found.created_at, found.base_url)
+                found = dataclasses.replace(found, owner_kind=kind, owner_name=name)
         self._cache.put(key, found)
         return found
 

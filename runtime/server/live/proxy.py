@@ -7,6 +7,13 @@ buffered); the target comes from the live directory, never from a cookie;
 hop-by-hop and client-sent forwarding headers are dropped; failures are JSON
 naming the cluster and the URL tried.
 
+Credentials never pass: the client's ``Authorization`` (the history server's own
+login), ``x-ray-authorization`` and Ray's ``ray-authentication-token`` cookie are
+always dropped. A cluster with Ray token auth (KubeRay ``authOptions.mode:
+token``) gets ``x-ray-authorization: Bearer <token>`` from its Secret
+(:mod:`runtime.server.live.tokens`); when that cannot be read the request is not
+sent (503 naming the Secret and the grant it needs).
+
 Log streams (``/api/v0/logs/stream``, job log tails) wait ``--proxy-timeout`` for
 the upstream's headers like every request, then have no read timeout (a quiet
 log sends nothing for minutes); they are capped per worker and end when their
@@ -31,36 +38,16 @@ from requests.adapters import HTTPAdapter
 
 from runtime.server.config import ServerConfig
 from runtime.server.errors import json_error
-from runtime.server.live.discovery import LiveCluster, LiveDirectory, LiveDiscoveryError
+from runtime.server.live.discovery import LiveAuthError, LiveCluster, LiveDirectory, LiveDiscoveryError
+from runtime.server.live.headers import downstream_headers, upstream_headers
 from runtime.server.live.streams import DisconnectWatcher, StreamSlots, shutdown_quietly
-from runtime.server.selection import COOKIE_NAMES, Selection
+from runtime.server.selection import Selection
 
 if TYPE_CHECKING:  # imported by the app after fork (multi-process metrics mode)
     from prometheus_client import Counter
 
 logger = logging.getLogger(__name__)
 
-#: RFC 9110 §7.6.1 connection-specific headers (plus the non-standard ones seen in the wild).
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
-#: Request headers re-derived for the upstream hop (requests sets Host and the length).
-REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "expect"}
-#: Forwarding claims a client may send (``X-Forwarded-*`` too): replaced by ours.
-FORWARDING = frozenset({"forwarded", "x-real-ip", "x-client-ip", "x-original-forwarded-for"})
-#: Response headers our own server writes (gunicorn always sends Server and Date).
-RESPONSE_DROP = HOP_BY_HOP | {"server", "date"}
 #: Log streams stay open as long as the log grows: no read timeout once headers came.
 STREAM_PATHS = (re.compile(r"^/api/v0/logs/stream/?$"), re.compile(r"^/api/jobs/[^/]+/logs/tail/?$"))
 CHUNK = 64 * 1024
@@ -121,21 +108,10 @@ def proxy_request(
     ``historyserver_live_proxy_requests_total``)."""
     metrics = outcomes
     label = f"{selection.namespace}/{selection.name}"
-    try:
-        cluster = live.get(selection.namespace, selection.name)
-    except LiveDiscoveryError as exc:
-        logger.warning("live cluster %s: discovery failed: %s", label, exc)
-        metrics.labels("discovery_error").inc()
-        return json_error(503, f"cannot look up live cluster {label}: {exc}", {"Retry-After": "5"})
-    if cluster is None:
-        metrics.labels("cluster_gone").inc()
-        return json_error(
-            404,
-            f"live cluster {label} no longer exists; its stored sessions are listed by /clusters",
-        )
-    if not cluster.ready:
-        metrics.labels("not_ready").inc()
-        return json_error(503, f"RayCluster {label}: head service not ready", {"Retry-After": "5"})
+    found = _resolve(selection, live, metrics)
+    if isinstance(found, Response):
+        return found
+    cluster, token = found
 
     target = cluster.base_url + _path_and_query(request)
     streaming = any(p.match(request.path) for p in STREAM_PATHS)
@@ -153,7 +129,7 @@ def proxy_request(
                 {"Retry-After": "5"},
             )
     try:
-        upstream = _send(config, outcomes, request, target, label)
+        upstream = _send(config, outcomes, request, target, label, token=token)
     except BaseException:
         if slots is not None:
             slots.release()
@@ -164,19 +140,52 @@ def proxy_request(
         return upstream
 
     metrics.labels("upstream_5xx" if upstream.status_code >= 500 else "forwarded").inc()
+    if token is not None and upstream.status_code in (401, 403):
+        _token_refused(live, cluster)
     relay = _Relay(upstream, label, target, outcomes)
     if streaming and slots is not None and watcher is not None:
         relay.stream_forever(slots, watcher, _client_socket(request))
     response = Response(
-        relay, status=upstream.status_code, headers=_downstream_headers(upstream, cluster), direct_passthrough=True
+        relay, status=upstream.status_code, headers=downstream_headers(upstream, cluster), direct_passthrough=True
     )
     if streaming:
         response.headers["X-Accel-Buffering"] = "no"  # ask nginx-style ingresses not to buffer
     return response
 
 
+def _resolve(selection: Selection, live: LiveDirectory, metrics: Counter) -> tuple[LiveCluster, str | None] | Response:
+    """The ready cluster ``selection`` names and the Ray token it needs, or our error answer.
+
+    Fail closed: a token-auth cluster whose token cannot be read gets no request."""
+    label = f"{selection.namespace}/{selection.name}"
+    try:
+        cluster = live.get(selection.namespace, selection.name)
+    except LiveDiscoveryError as exc:
+        logger.warning("live cluster %s: discovery failed: %s", label, exc)
+        metrics.labels("discovery_error").inc()
+        return json_error(503, f"cannot look up live cluster {label}: {exc}", {"Retry-After": "5"})
+    if cluster is None:
+        metrics.labels("cluster_gone").inc()
+        return json_error(404, f"live cluster {label} no longer exists; its stored sessions are listed by /clusters")
+    if not cluster.ready:
+        metrics.labels("not_ready").inc()
+        return json_error(503, f"RayCluster {label}: head service not ready", {"Retry-After": "5"})
+    try:
+        return cluster, live.auth_token(cluster)
+    except LiveAuthError as exc:
+        metrics.labels("token_unavailable").inc()
+        return json_error(503, f"live cluster {label} uses Ray token auth: {exc}", {"Retry-After": "5"})
+
+
+def _token_refused(live: LiveDirectory, cluster: LiveCluster) -> None:
+    """The cluster refused our token: read the Secret again next time (rotated?)."""
+    if live.token_source is not None and cluster.token_auth is not None:
+        logger.warning("live cluster %s refused the token from Secret %s", cluster.key, cluster.token_auth.secret)
+        live.token_source.forget(cluster.token_auth)
+
+
 def _send(
-    config: ServerConfig, metrics: Counter, request: Request, target: str, label: str
+    config: ServerConfig, metrics: Counter, request: Request, target: str, label: str, *, token: str | None
 ) -> requests.Response | Response:
     """The upstream's answer once its headers arrived, or our error answer."""
     timeout = config.proxy_timeout
@@ -187,7 +196,7 @@ def _send(
         return session.request(
             request.method,
             target,
-            headers=_upstream_headers(request),
+            headers=upstream_headers(request, token),
             data=_request_body(request),
             stream=True,
             allow_redirects=False,
@@ -214,45 +223,6 @@ def _path_and_query(request: Request) -> str:
     return request.script_root + request.path + (f"?{query}" if query else "")
 
 
-def _connection_tokens(value: str | None) -> set[str]:
-    return {token.strip().lower() for token in (value or "").split(",") if token.strip()}
-
-
-def _forwarding(name: str) -> bool:
-    return name.startswith("x-forwarded-") or name in FORWARDING
-
-
-def _upstream_headers(request: Request) -> dict[str, str]:
-    drop = REQUEST_DROP | _connection_tokens(request.headers.get("Connection"))
-    headers = {
-        name: value
-        for name, value in request.headers.items()
-        if name.lower() not in drop and not _forwarding(name.lower())
-    }
-    cookie = _without_selection_cookies(request.headers.get("Cookie", ""))
-    headers.pop("Cookie", None)
-    if cookie:
-        headers["Cookie"] = cookie
-    # Without this, requests would announce gzip for a client that never asked for it.
-    headers.setdefault("Accept-Encoding", "identity")
-    # Always ours, never the client's: a client could otherwise tell the dashboard
-    # it came from anywhere, over HTTPS, for any host (the Host was checked).
-    headers["X-Forwarded-For"] = request.remote_addr or ""
-    headers["X-Forwarded-Proto"] = request.scheme
-    headers["X-Forwarded-Host"] = request.host
-    return headers
-
-
-def _without_selection_cookies(header: str) -> str:
-    """The Cookie header minus our five selection cookies (they mean nothing upstream)."""
-    kept = []
-    for part in header.split(";"):
-        name = part.split("=", 1)[0].strip()
-        if name and name not in COOKIE_NAMES:
-            kept.append(part.strip())
-    return "; ".join(kept)
-
-
 class _SizedStream:
     """The request body with a known length: requests then sends Content-Length
     (not chunked) while urllib3 still reads it piecewise."""
@@ -274,22 +244,6 @@ def _request_body(request: Request) -> _SizedStream | IO[bytes] | None:
     if "chunked" in request.headers.get("Transfer-Encoding", "").lower():
         return request.stream  # length unknown: requests sends it chunked
     return None
-
-
-def _downstream_headers(upstream: requests.Response, cluster: LiveCluster) -> list[tuple[str, str]]:
-    raw_headers = upstream.raw.headers  # keeps repeated headers (Set-Cookie) apart
-    drop = RESPONSE_DROP | _connection_tokens(raw_headers.get("Connection"))
-    headers: list[tuple[str, str]] = []
-    for name, value in raw_headers.items():
-        lowered = name.lower()
-        if lowered in drop:
-            continue
-        if lowered == "location" and value.startswith(cluster.base_url):
-            # Never point a browser at an in-cluster host name.
-            headers.append((name, value[len(cluster.base_url) :] or "/"))
-        else:
-            headers.append((name, value))
-    return headers
 
 
 class _Relay:

@@ -144,6 +144,16 @@ def _handler(upstream: Upstream) -> type[BaseHTTPRequestHandler]:
                         ("X-Custom", "kept"),
                     ],
                 )
+            if path == "/ray-login":  # Ray's /api/authenticate answer: sets its token cookie
+                return self._send(
+                    200,
+                    b"{}",
+                    [
+                        ("Content-Type", "application/json"),
+                        ("Set-Cookie", "ray-authentication-token=leaked; HttpOnly; Path=/"),
+                        ("Set-Cookie", "other=1; Path=/"),
+                    ],
+                )
             if path.startswith("/status/"):
                 return self._send(int(path.rsplit("/", 1)[1]), b'{"from": "upstream"}')
             echo = {"method": self.command, "path": self.path, "body_len": len(body)}
