@@ -1,10 +1,19 @@
 """A small synchronous client for a Ray dashboard (``collector.md`` §1.2, §6).
 
 Used by the head's snapshot recorder (``RAY_DASHBOARD_ADDRESS``) and by node-ID
-discovery (the head dashboard at ``FQ_RAY_IP``). Auth follows the reference:
-``x-ray-authorization: Bearer <token>`` with the Kubernetes projected token (re-read
-on every request, so rotation works) > ``RAY_AUTH_TOKEN`` > an error when
-``RAY_AUTH_MODE=token`` has no token > no header.
+discovery (the head dashboard at ``FQ_RAY_IP``). Auth sends
+``x-ray-authorization: Bearer <token>`` with, first found:
+
+1. the Kubernetes projected token (``RAY_ENABLE_K8S_TOKEN_AUTH``, as the reference);
+2. then the order of Ray's own ``AuthenticationTokenLoader`` (Ray 2.60, measured):
+   ``RAY_AUTH_TOKEN`` (trimmed; empty counts as unset) > the file named by
+   ``RAY_AUTH_TOKEN_PATH`` (KubeRay ``authOptions.mode: token``; set but unreadable or
+   empty is an error, never a fall-through) > ``~/.ray/auth_token`` (only with
+   ``RAY_AUTH_MODE=token``, as Ray reads it only then);
+3. else no header -- or an error when ``RAY_AUTH_MODE=token``.
+
+Token files are re-read on every request, so a rotated token is used at once.
+Tokens are never logged.
 """
 
 from __future__ import annotations
@@ -12,8 +21,10 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import os
 import re
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from http.cookiejar import DefaultCookiePolicy
 from pathlib import Path
@@ -28,6 +39,9 @@ logger = logging.getLogger(__name__)
 
 AUTH_HEADER = "x-ray-authorization"
 K8S_TOKEN_PATH = Path("/var/run/secrets/ray.io/serviceaccount/token")
+TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"  # noqa: S105 - a variable name, not a secret
+#: Ray's default token file, relative to the home directory.
+DEFAULT_TOKEN_FILE = Path(".ray") / "auth_token"
 DEFAULT_TIMEOUT = 30.0
 #: Bodies are held in memory before upload; the sidecar's limit is 256 MiB, so a
 #: runaway response must not take the collector down with it.
@@ -99,15 +113,22 @@ class DashboardClient:
         auth_mode: str = "",
         token_path: Path = K8S_TOKEN_PATH,
         max_body: int = DEFAULT_MAX_BODY,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
+        """``environ`` (default ``os.environ``) supplies ``RAY_AUTH_TOKEN_PATH`` and ``HOME``."""
         self.base_url = base_url.rstrip("/")
         self._static_token = (auth_token or "").strip() or None
         self._k8s_token_auth = k8s_token_auth
         self._token_path = Path(token_path)
         self._max_body = max_body
-        if not k8s_token_auth and self._static_token is None and auth_mode.strip().lower() == "token":
+        self._token_mode = auth_mode.strip().lower() == "token"
+        env = os.environ if environ is None else environ
+        self._token_file = (env.get(TOKEN_PATH_ENV) or "").strip() or None
+        self._default_token_file = _home(env) / DEFAULT_TOKEN_FILE if self._token_mode else None
+        if self._token_mode and not self._has_token_source():
             raise DashboardAuthError(
-                "RAY_AUTH_MODE=token but no token: set RAY_AUTH_TOKEN or RAY_ENABLE_K8S_TOKEN_AUTH"
+                f"RAY_AUTH_MODE=token but no token: set RAY_AUTH_TOKEN, {TOKEN_PATH_ENV} or "
+                f"RAY_ENABLE_K8S_TOKEN_AUTH (or create ~/{DEFAULT_TOKEN_FILE})"
             )
         self._session = requests.Session()
         # In-cluster addresses only: no HTTP(S)_PROXY or .netrc from the environment,
@@ -157,10 +178,30 @@ class DashboardClient:
                 ) from exc
             if not token:
                 raise DashboardAuthError(f"RAY_ENABLE_K8S_TOKEN_AUTH is on but {self._token_path} is empty")
-            return {AUTH_HEADER: f"Bearer {token}"}
+            return _bearer(token, str(self._token_path))
         if self._static_token is not None:
-            return {AUTH_HEADER: f"Bearer {self._static_token}"}
+            return _bearer(self._static_token, "RAY_AUTH_TOKEN")
+        if self._token_file is not None:
+            from_file, problem = _read_token_file(Path(self._token_file))
+            if from_file:
+                return _bearer(from_file, f"{TOKEN_PATH_ENV}={self._token_file}")
+            if self._token_mode:
+                raise DashboardAuthError(f"RAY_AUTH_MODE=token but {TOKEN_PATH_ENV}={self._token_file}: {problem}")
+            return {}  # Ray itself sends no token unless RAY_AUTH_MODE=token
+        if self._default_token_file is not None:
+            from_file, problem = _read_token_file(self._default_token_file)
+            if from_file:
+                return _bearer(from_file, str(self._default_token_file))
+            raise DashboardAuthError(
+                f"RAY_AUTH_MODE=token but no token: {self._default_token_file}: {problem} "
+                f"(set RAY_AUTH_TOKEN or {TOKEN_PATH_ENV})"
+            )
         return {}
+
+    def _has_token_source(self) -> bool:
+        if self._k8s_token_auth or self._static_token is not None or self._token_file is not None:
+            return True
+        return self._default_token_file is not None and self._default_token_file.is_file()
 
     def url(self, path_with_query: str) -> str:
         if not path_with_query.startswith("/"):
@@ -206,6 +247,38 @@ class DashboardClient:
 
     def __repr__(self) -> str:
         return f"DashboardClient({self.base_url!r})"
+
+
+_TOKEN_CHARS = re.compile(r"^[\x21-\x7e]+$")
+
+
+def _bearer(token: str, source: str) -> dict[str, str]:
+    """The header; a token requests would refuse (and quote in its error) is refused here, unquoted."""
+    if not _TOKEN_CHARS.match(token):
+        raise DashboardAuthError(f"the token from {source} contains spaces, control or non-ASCII characters")
+    return {AUTH_HEADER: f"Bearer {token}"}
+
+
+def _read_token_file(path: Path) -> tuple[str | None, str]:
+    """The file's trimmed contents, read now (a mounted Secret may have rotated), or
+    None and why not -- the reason never includes the file's contents."""
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror or type(exc).__name__})"
+    except UnicodeDecodeError:
+        return None, "is not UTF-8 text"
+    return (token, "") if token else (None, "is empty")
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    home = env.get("HOME")
+    if home:
+        return Path(home)
+    try:
+        return Path.home()
+    except RuntimeError:  # no HOME and no passwd entry
+        return Path("/nonexistent")
 
 
 # ------------------------------------------------------- answer shapes (ray-events.md §8)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from http.client import HTTPConnection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from runtime.common.ray_export import event_export_env
 from runtime.storage.layout import ClusterRef, is_event_file_name
@@ -32,6 +33,8 @@ from tests.integration.emulators.base import REPO_ROOT, free_port, wait_for_port
 
 SAMPLES = REPO_ROOT.parent / "shared" / "ray-samples"
 RAY_BIN = Path(sys.executable).with_name("ray")
+#: Ray's token-auth variables: set only by ``RayHead(auth_token=...)``, never inherited.
+AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ENABLE_K8S_TOKEN_AUTH")
 
 
 def ray_available() -> bool:
@@ -51,9 +54,17 @@ class RayHead:
     """``ray start --head --block`` on loopback with free ports and its own temp dir."""
 
     def __init__(
-        self, export_url: str, extra_env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()
+        self,
+        export_url: str,
+        extra_env: dict[str, str] | None = None,
+        extra_args: tuple[str, ...] = (),
+        *,
+        auth_token: str | None = None,
     ) -> None:
+        """``auth_token``: start Ray with token auth (``RAY_AUTH_MODE=token``) and this token;
+        the harness's own requests and ``ray job submit`` then send it."""
         self.extra_args = extra_args
+        self.auth_token = auth_token
         # Unix socket paths are limited to ~107 bytes: keep the temp root short.
         self.tmp_root = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp"))
         self.gcs_port = free_port()
@@ -67,12 +78,24 @@ class RayHead:
             "RAY_USAGE_STATS_ENABLED": "0",
             **(extra_env or {}),
         }
+        for name in AUTH_ENV:  # the caller's shell decides nothing about this head's auth
+            self.env.pop(name, None)
+        if auth_token is not None:
+            self.env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": auth_token})
         self.log_path = self.tmp_root.with_suffix(".ray-start.log")
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def dashboard_url(self) -> str:
         return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def auth_headers(self) -> dict[str, str]:
+        """What a client of this head's dashboard must send (nothing without token auth)."""
+        return {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token is not None else {}
+
+    def _open(self, path: str, timeout: float) -> Any:
+        request = urllib.request.Request(f"{self.dashboard_url}{path}", headers=self.auth_headers())  # noqa: S310
+        return urllib.request.urlopen(request, timeout=timeout)  # noqa: S310
 
     def start(self, timeout: float = 120.0) -> None:
         cmd = [
@@ -98,7 +121,7 @@ class RayHead:
         if self._proc is not None and self._proc.poll() is not None:
             raise RuntimeError(f"ray start exited with {self._proc.returncode}; see {self.log_path}")
         try:
-            with urllib.request.urlopen(f"{self.dashboard_url}/api/version", timeout=2) as resp:  # noqa: S310
+            with self._open("/api/version", timeout=2) as resp:
                 return bool(resp.status == 200)
         except OSError:
             return False
@@ -132,7 +155,7 @@ class RayHead:
 
         def finished() -> bool:
             nonlocal status
-            with urllib.request.urlopen(f"{self.dashboard_url}/api/jobs/{submission_id}", timeout=10) as resp:  # noqa: S310
+            with self._open(f"/api/jobs/{submission_id}", timeout=10) as resp:
                 status = json.loads(resp.read())["status"]
             return status in ("SUCCEEDED", "FAILED", "STOPPED")
 
