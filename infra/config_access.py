@@ -11,6 +11,7 @@
       oidc: {issuer: ..., clientId: ..., clientSecretName: ..., redirectUrl: ..., groupsClaim: groups}
       trustedHeader: {kind: iap, iapAudience: /projects/NUMBER/global/backendServices/ID}
       ingressFrom: [ingress-nginx] # a NetworkPolicy admits only these namespaces
+      readRayTokens: false         # true: get on Secrets in the workload namespaces (live clusters with Ray token auth)
       ingress:                     # an Ingress in front of the Service (TLS: the browser's cookies are Secure)
         host: ray-history.example.com
         className: nginx           # gce / alb / webapprouting.kubernetes.azure.com ...
@@ -73,6 +74,7 @@ def read_access(s: _Section) -> ServerAccess:
         front_door=front_door,
         ingress_from=tuple(namespaces),
         ingress=ingress,
+        read_ray_tokens=s.get("readRayTokens", bool, False),
     )
     try:
         access.validate()

@@ -18,6 +18,7 @@ from infra import cluster_checks
 from infra.components.contracts import SERVER_SERVICE_ACCOUNT, ServiceAccountRef, StorageWiring
 from infra.components.history_server import SERVICE_PORT, HistoryServerArgs, HistoryServerK8s
 from infra.components.kuberay import KubeRayOperator, KubeRayOperatorArgs
+from infra.components.server_access import ray_token_reader_roles
 from infra.components.workloads import RayWorkloadAccounts, RayWorkloadAccountsArgs
 from infra.config import StackConfig, load_config
 from infra.outputs import collector_options_output
@@ -80,6 +81,28 @@ def cluster_role_annotations(config: StackConfig, kubeconfig: pulumi.Output[str]
     return pulumi.Output.unsecret(checked.apply(lambda _: {cluster_checks.STACK_ANNOTATION: stack}))
 
 
+def grant_ray_token_reads(
+    config: StackConfig,
+    server: ServiceAccountRef,
+    on_k8s: pulumi.ResourceOptions,
+    depends_on: list[pulumi.Resource],
+) -> None:
+    """``get`` on Secrets in each workload namespace only, for live clusters' Ray auth tokens."""
+    opts = pulumi.ResourceOptions.merge(on_k8s, pulumi.ResourceOptions(depends_on=depends_on))
+    for obj in ray_token_reader_roles(list(config.workloads.namespaces), server.namespace, server.name):
+        namespace = obj["metadata"]["namespace"]
+        if obj["kind"] == "Role":
+            k8s.rbac.v1.Role(f"ray-token-reader-{namespace}", metadata=obj["metadata"], rules=obj["rules"], opts=opts)
+        else:
+            k8s.rbac.v1.RoleBinding(
+                f"ray-token-reader-{namespace}-binding",
+                metadata=obj["metadata"],
+                role_ref=obj["role_ref"],
+                subjects=obj["subjects"],
+                opts=opts,
+            )
+
+
 def deploy(config: StackConfig | None = None) -> Deployment:
     """Create every resource of the stack and export its outputs."""
     config = config or load_config()
@@ -138,6 +161,8 @@ def deploy(config: StackConfig | None = None) -> Deployment:
         ),
         opts=on_k8s,
     )
+    if config.access.read_ray_tokens:
+        grant_ray_token_reads(config, server_account, on_k8s, depends_on=[history_server])
     workloads = RayWorkloadAccounts(
         "ray-workloads",
         RayWorkloadAccountsArgs(

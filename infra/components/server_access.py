@@ -68,6 +68,9 @@ class ServerAccess:
         front_door: the signed front door (``trusted-header`` mode).
         ingress_from: namespaces whose pods may reach the server (a NetworkPolicy); empty = no policy.
         ingress: an Ingress in front of the Service (its host is also allowed by the server).
+        read_ray_tokens: let the server read Secrets in the workload namespaces (a Role per
+            namespace, never cluster-wide) to pass live clusters' Ray auth tokens
+            (KubeRay ``authOptions.mode: token``) to their dashboards.
     """
 
     modes: tuple[str, ...] = ("kubernetes",)
@@ -78,6 +81,7 @@ class ServerAccess:
     front_door: FrontDoor | None = None
     ingress_from: tuple[str, ...] = field(default_factory=tuple)
     ingress: HistoryServerIngress | None = None
+    read_ray_tokens: bool = False
 
     def validate(self) -> None:
         for mode in self.modes:
@@ -162,3 +166,29 @@ class ServerAccess:
             "policy_types": ["Ingress"],
             "ingress": [{"from": sources, "ports": [{"protocol": "TCP", "port": port}]}],
         }
+
+
+def ray_token_reader_roles(namespaces: list[str], server_namespace: str, server_account: str) -> list[dict[str, Any]]:
+    """One Role + RoleBinding per workload namespace: ``get`` on Secrets there, for the server's account.
+
+    Namespaced on purpose: a ClusterRole would let the server read every Secret of the cluster.
+    """
+    objects: list[dict[str, Any]] = []
+    for namespace in namespaces:
+        name = f"ray-history-token-reader-{server_namespace}"[:63].rstrip("-")
+        objects.append(
+            {
+                "kind": "Role",
+                "metadata": {"name": name, "namespace": namespace},
+                "rules": [{"api_groups": [""], "resources": ["secrets"], "verbs": ["get"]}],
+            }
+        )
+        objects.append(
+            {
+                "kind": "RoleBinding",
+                "metadata": {"name": name, "namespace": namespace},
+                "role_ref": {"api_group": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": server_account, "namespace": server_namespace}],
+            }
+        )
+    return objects

@@ -174,3 +174,30 @@ def test_oidc_redirect_must_be_on_the_ingress_host() -> None:
     oidc = {"issuer": OIDC.issuer, "clientId": "c", "clientSecretName": "s", "redirectUrl": "https://elsewhere/cb"}
     with pytest.raises(ConfigError, match="must be on the Ingress host"):
         parse_config(base(access={"oidc": oidc, "ingress": {"host": "ray-history.example.com"}}))
+
+
+def test_ray_token_reads_are_namespaced_roles_never_cluster_wide() -> None:
+    """``access.readRayTokens``: a Role + RoleBinding in each workload namespace with ``get`` on
+    Secrets, and no ClusterRole rule on Secrets (least privilege: the server would otherwise read
+    every Secret of the cluster; https://kubernetes.io/docs/concepts/security/rbac-good-practices/)."""
+    from tests.unit.infra.mocks import FAKE_KUBECONFIG
+    from tests.unit.infra.test_config import stack_values
+    from tests.unit.infra.test_program import deploy_with
+
+    values = stack_values("gke")
+    values["kubeconfig"] = FAKE_KUBECONFIG
+    values["workloads"] = {"namespaces": ["team-a", "team-b"]}
+    values["access"] = {"readRayTokens": True}
+    mocks, _ = deploy_with(values)
+    roles = mocks.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
+    assert sorted(r.inputs["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    for role in roles:
+        validate_k8s(role.inputs)
+        assert role.inputs["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]
+    bindings = mocks.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+    assert {b.inputs["subjects"][0]["name"] for b in bindings} == {"ray-history-server"}
+    cluster_rules = mocks.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole").inputs["rules"]
+    assert not [r for r in cluster_rules if "secrets" in r["resources"]]
+    values["access"] = {}
+    mocks, _ = deploy_with(values)
+    assert not mocks.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
