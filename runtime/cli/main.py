@@ -49,6 +49,12 @@ def _add_source(parser: argparse.ArgumentParser) -> None:
         help="history server URL (env RAY_HISTORY_SERVER; default http://localhost:8080 "
         "unless storage flags are given)",
     )
+    parser.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="bearer token for the history server (env RAY_HISTORY_TOKEN, which keeps it out of `ps`; "
+        "default: the token of the current kubeconfig context, if it has one)",
+    )
     add_storage_arguments(parser)
     parser.add_argument(
         "--cache-dir",
@@ -84,8 +90,13 @@ def open_api(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> 
             )
         use_storage = bool(env_backend)
         args.server = env_server or None
+    token = getattr(args, "token", None)
     if not use_storage:
-        return HttpHistoryApi(args.server or DEFAULT_SERVER)
+        from runtime.cli.credentials import resolve
+
+        return HttpHistoryApi(args.server or DEFAULT_SERVER, lambda: resolve(token, env))
+    if token is not None:
+        raise UsageError("--token is for a history server (--server); storage flags read the bucket directly")
     from runtime.cli.storage_source import InProcessHistoryApi, default_cache_dir, storage_config
 
     return InProcessHistoryApi(storage_config(args, env), args.cache_dir or default_cache_dir(env))
