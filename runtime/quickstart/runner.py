@@ -27,6 +27,7 @@ from runtime.quickstart.options import QuickstartOptions
 from runtime.quickstart.ports import check_ports_free
 from runtime.quickstart.processes import ManagedProcess, kill_leftovers, wait_until
 from runtime.quickstart.progress import Progress
+from runtime.quickstart.ray_auth import RayToken
 from runtime.quickstart.sample_job import FAILURE_MESSAGE
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ class Started:
     ray: ManagedProcess | None = None
     collector: ManagedProcess | None = None
     server: ManagedProcess | None = None
+    #: Ray's token (in the log directory), removed once Ray is stopped
+    ray_token: RayToken | None = None
     notes: list[str] = field(default_factory=list)
 
     def stop_all(self) -> None:
@@ -65,6 +68,9 @@ class Started:
         # Ray daemons that left the head's process group (none expected) still name the temp dir.
         if (leftovers := kill_leftovers(str(self.temp_dir))) > 0:
             logger.warning("stopped %d Ray processes that outlived the head", leftovers)
+        if self.ray_token is not None:
+            self.ray_token.remove()
+            self.ray_token = None
         if self.remove_temp_dir:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
 
@@ -121,7 +127,8 @@ class Quickstart:
         with self.progress.step(
             f"Starting a Ray head (GCS :{opts.gcs_port}, dashboard :{opts.dashboard_port})"
         ) as step:
-            ray = services.ray_head(opts, self.layout, self.log_dir / "ray-start.log")
+            self.started.ray_token = RayToken.create(self.log_dir)
+            ray = services.ray_head(opts, self.layout, self.log_dir / "ray-start.log", self.started.ray_token)
             self.started.ray = ray
             ray.start()
             if not wait_until(self._ray_up, opts.ray_start_timeout, interval=0.5):
@@ -137,9 +144,18 @@ class Quickstart:
         if ray is not None and (code := ray.exit_code()) is not None:
             raise QuickstartError(self._ray_failure(f"`ray start` exited with {code}"))
         try:
-            return requests.get(f"{self.layout.dashboard_url}/api/version", timeout=2).status_code == 200
+            url = f"{self.layout.dashboard_url}/api/version"
+            return requests.get(url, headers=self._ray_headers(), timeout=2).status_code == 200
         except requests.RequestException:
             return False
+
+    def _ray_token(self) -> RayToken:
+        if (token := self.started.ray_token) is None:
+            raise QuickstartError("internal: Ray's token was not created")
+        return token
+
+    def _ray_headers(self) -> dict[str, str]:
+        return self._ray_token().headers()
 
     def _ray_failure(self, what: str) -> str:
         ray_log = self.log_dir / "ray-start.log"
@@ -154,7 +170,7 @@ class Quickstart:
         opts = self.options
         collector_url = f"http://{services.LOOPBACK}:{opts.events_port}"
         with self.progress.step(f"Starting the collector beside it (events :{opts.events_port})") as step:
-            collector = services.collector(opts, self.layout, self.log_dir / "collector.log")
+            collector = services.collector(opts, self.layout, self.log_dir / "collector.log", self._ray_token())
             self.started.collector = collector
             collector.start()
 
@@ -173,9 +189,10 @@ class Quickstart:
     def _run_sample_job(self) -> workload.JobResult:
         submission_id = "quickstart-" + datetime.now().strftime("%Y%m%d-%H%M%S")
         with self.progress.step(f"Running the sample job {submission_id}") as step:
-            workload.submit_sample_job(self.layout.dashboard_url, submission_id)
-            job = workload.wait_for_job(self.layout.dashboard_url, submission_id, self.options.job_timeout)
-            text = workload.failure_text(self.layout.dashboard_url, job, FAILURE_MESSAGE)
+            url, headers = self.layout.dashboard_url, self._ray_headers()
+            workload.submit_sample_job(url, submission_id, headers=headers)
+            job = workload.wait_for_job(url, submission_id, self.options.job_timeout, headers=headers)
+            text = workload.failure_text(url, job, FAILURE_MESSAGE, headers=headers)
             expected = job.status == "FAILED" and FAILURE_MESSAGE in text
             step.detail = f"{job.status}" + (" as intended: " if expected else ": ") + workload.short_error(text)
         return job

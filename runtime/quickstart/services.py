@@ -14,6 +14,7 @@ from runtime.common.ray_export import event_export_env
 from runtime.quickstart.options import QuickstartOptions
 from runtime.quickstart.ports import free_port
 from runtime.quickstart.processes import ManagedProcess
+from runtime.quickstart.ray_auth import RayToken
 
 LOOPBACK = "127.0.0.1"
 RAY_BIN = Path(sys.executable).with_name("ray")
@@ -39,6 +40,9 @@ _FOREIGN_PREFIXES = (
     "POD_IP",
     "FQ_RAY_IP",
     "HISTORYSERVER_",
+    # Ray's token auth: the demo's own token only (runtime.quickstart.ray_auth).
+    "RAY_AUTH_",
+    "RAY_ENABLE_K8S_TOKEN_AUTH",
 )
 
 
@@ -63,8 +67,9 @@ class RayLayout:
         return (self.temp_dir / "session_latest").resolve()
 
 
-def ray_head(options: QuickstartOptions, layout: RayLayout, log_path: Path) -> ManagedProcess:
-    """``ray start --head --block`` with event export to the collector. Ray's internal
+def ray_head(options: QuickstartOptions, layout: RayLayout, log_path: Path, token: RayToken) -> ManagedProcess:
+    """``ray start --head --block`` with event export to the collector and token auth
+    (Ray listens on every interface even with a loopback node IP). Ray's internal
     ports (client server, agent, metrics) are picked free, so only the four ports
     a person may need to change are fixed."""
     export_url = f"http://{LOOPBACK}:{options.events_port}/v1/events"
@@ -78,6 +83,7 @@ def ray_head(options: QuickstartOptions, layout: RayLayout, log_path: Path) -> M
         # Ray's OOM killer counts every process on the laptop: a busy IDE or browser
         # would get the tiny sample job's workers killed. The demo needs ~1 GiB.
         "RAY_memory_monitor_refresh_ms": "0",
+        **token.env(),
     }
     cmd = [
         str(RAY_BIN), "start", "--head", "--block",
@@ -98,8 +104,9 @@ def ray_head(options: QuickstartOptions, layout: RayLayout, log_path: Path) -> M
     return ManagedProcess("ray head", cmd, env, log_path)
 
 
-def collector(options: QuickstartOptions, layout: RayLayout, log_path: Path) -> ManagedProcess:
-    """A head collector configured by environment only, as KubeRay >= 1.7 runs it."""
+def collector(options: QuickstartOptions, layout: RayLayout, log_path: Path, token: RayToken) -> ManagedProcess:
+    """A head collector configured by environment only, as KubeRay >= 1.7 runs it
+    (with ``authOptions.mode: token``: the token file's path)."""
     env = {
         **clean_environment(os.environ),
         "STORAGE_BACKEND": "local",
@@ -116,6 +123,7 @@ def collector(options: QuickstartOptions, layout: RayLayout, log_path: Path) -> 
         "RAY_COLLECTOR_POLL_INTERVAL": "5s",
         "RAY_COLLECTOR_LOG_UPLOAD_INTERVAL": "5s",
         "RAY_COLLECTOR_EVENT_ROTATION_INTERVAL": "10s",
+        **token.env(),
     }
     return ManagedProcess("collector", [sys.executable, "-m", "runtime.collector.cli"], env, log_path)
 

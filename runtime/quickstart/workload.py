@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,9 @@ class JobResult:
     message: str
 
 
-def submit_sample_job(dashboard_url: str, submission_id: str, timeout: float = 90.0) -> None:
+def submit_sample_job(
+    dashboard_url: str, submission_id: str, timeout: float = 90.0, headers: Mapping[str, str] | None = None
+) -> None:
     """Submit ``python -m runtime.quickstart.sample_job`` with this interpreter. The
     dashboard answers before its job agent is registered ("No available agent to
     submit job"): that answer is retried until ``timeout``."""
@@ -41,7 +44,7 @@ def submit_sample_job(dashboard_url: str, submission_id: str, timeout: float = 9
     deadline = time.monotonic() + timeout
     while True:
         try:
-            answer = requests.post(f"{dashboard_url}/api/jobs/", json=body, timeout=60)
+            answer = requests.post(f"{dashboard_url}/api/jobs/", json=body, headers=headers, timeout=60)
         except requests.RequestException as exc:
             raise WorkloadError(f"submitting the sample job to {dashboard_url} failed: {exc}") from exc
         if answer.status_code == 200:
@@ -51,12 +54,14 @@ def submit_sample_job(dashboard_url: str, submission_id: str, timeout: float = 9
         time.sleep(1.0)
 
 
-def wait_for_job(dashboard_url: str, submission_id: str, timeout: float) -> JobResult:
+def wait_for_job(
+    dashboard_url: str, submission_id: str, timeout: float, headers: Mapping[str, str] | None = None
+) -> JobResult:
     deadline = time.monotonic() + timeout
     info: dict[str, Any] = {}
     while time.monotonic() < deadline:
         try:
-            answer = requests.get(f"{dashboard_url}/api/jobs/{submission_id}", timeout=10)
+            answer = requests.get(f"{dashboard_url}/api/jobs/{submission_id}", headers=headers, timeout=10)
             if answer.status_code == 200:
                 info = answer.json()
         except (requests.RequestException, ValueError):
@@ -70,7 +75,9 @@ def wait_for_job(dashboard_url: str, submission_id: str, timeout: float) -> JobR
     )
 
 
-def failure_text(dashboard_url: str, job: JobResult, expected: str, timeout: float = 15.0) -> str:
+def failure_text(
+    dashboard_url: str, job: JobResult, expected: str, timeout: float = 15.0, headers: Mapping[str, str] | None = None
+) -> str:
     """The text that explains a failed job: its message, unless that lacks ``expected``
     and the driver's full log has it. Ray's message is the log tail read as the driver
     exits, and under load it can miss the traceback still in the driver's pipe; the
@@ -80,7 +87,7 @@ def failure_text(dashboard_url: str, job: JobResult, expected: str, timeout: flo
     deadline = time.monotonic() + timeout
     while True:
         try:
-            answer = requests.get(f"{dashboard_url}/api/jobs/{job.submission_id}/logs", timeout=10)
+            answer = requests.get(f"{dashboard_url}/api/jobs/{job.submission_id}/logs", headers=headers, timeout=10)
             logs = str(answer.json().get("logs") or "") if answer.status_code == 200 else ""
         except (requests.RequestException, ValueError, AttributeError):
             logs = ""

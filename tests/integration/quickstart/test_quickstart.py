@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -239,6 +240,34 @@ def test_ctrl_c_during_the_job_leaves_no_process(store: tuple[Path, Path], tmp_p
         assert "Interrupted: stopping everything the quickstart started" in run.output
         assert run.leftovers() == []
         assert all(port_is_free(port) for port in run.ports.values())
+    finally:
+        run.kill()
+
+
+def test_the_demos_ray_refuses_requests_without_its_token(tmp_path: Path) -> None:
+    """Ray listens on every interface even with a loopback node IP: the demo runs it with
+    token auth, the token in a 0600 file of its own log directory, never printed."""
+    run = QuickstartRun(tmp_path / "store", tmp_path / "cache").start()
+    token_file = Path(f"{run.ray_temp_dir}-logs") / "ray-auth-token"
+    try:
+        # Ray is up and the collector beside it; the sample job runs now. That the job and
+        # the collector work with the token is what the first run's checks show.
+        run.wait_for_line(r"Starting the collector beside it .* done in")
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        token = token_file.read_text().strip()
+        version = f"http://127.0.0.1:{run.ports['--dashboard-port']}/api/version"
+        assert requests.get(version, timeout=30).status_code == 401
+        assert requests.get(version, headers={"Authorization": "Bearer wrong"}, timeout=30).status_code == 403
+        assert requests.get(version, headers={"Authorization": f"Bearer {token}"}, timeout=30).status_code == 200
+        jobs = version.replace("/api/version", "/api/jobs/")
+        assert requests.get(jobs, timeout=30).status_code == 401
+        assert run.proc is not None
+        run.proc.send_signal(signal.SIGINT)
+        assert run.wait(timeout=90) == 130, run.output
+        assert not token_file.exists()  # gone with Ray
+        assert token not in run.output
+        logs = Path(f"{run.ray_temp_dir}-logs")
+        assert all(token not in path.read_text(errors="replace") for path in logs.glob("*.log"))
     finally:
         run.kill()
 
