@@ -33,7 +33,7 @@ from tests.integration.emulators.base import REPO_ROOT, free_port, wait_for_port
 
 SAMPLES = REPO_ROOT.parent / "shared" / "ray-samples"
 RAY_BIN = Path(sys.executable).with_name("ray")
-#: Ray's token-auth variables: set only by ``RayHead(auth_token=...)``, never inherited.
+#: Ray's token-auth variables: set by ``RayHead(auth_token=...)`` or ``extra_env``, never inherited.
 AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ENABLE_K8S_TOKEN_AUTH")
 
 
@@ -71,15 +71,15 @@ class RayHead:
         self.dashboard_port = free_port()
         # Job entrypoints run "python ...": it must be this environment's, with Ray.
         path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        # The caller's shell decides nothing about this head's auth (extra_env may).
+        inherited = {name: value for name, value in os.environ.items() if name not in AUTH_ENV}
         self.env = {
-            **os.environ,
+            **inherited,
             **event_export_env(export_url),
             "PATH": path,
             "RAY_USAGE_STATS_ENABLED": "0",
             **(extra_env or {}),
         }
-        for name in AUTH_ENV:  # the caller's shell decides nothing about this head's auth
-            self.env.pop(name, None)
         if auth_token is not None:
             self.env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": auth_token})
         self.log_path = self.tmp_root.with_suffix(".ray-start.log")
