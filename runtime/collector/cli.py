@@ -19,10 +19,10 @@ import signal
 import sys
 import threading
 
-from runtime.cli_common import configure_logging, limit_malloc_arenas
 from runtime.collector.app import Collector
 from runtime.collector.config import CollectorConfigError, build_parser, load_config
 from runtime.collector.dashboard import DashboardAuthError
+from runtime.common.process import configure_logging, limit_malloc_arenas
 from runtime.storage.config import open_store
 from runtime.storage.errors import StorageConfigError, StorageError
 
@@ -58,8 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         nonlocal signals_seen
         signals_seen += 1
         if signals_seen == 1:
-            logger.info("received %s", signal.Signals(signum).name)
+            # Stop first: logging from a signal handler can raise (a reentrant write to the
+            # stream the interrupted main thread was writing), and must not cost the shutdown.
             stop.set()
+            logger.info("received %s", signal.Signals(signum).name)
         else:
             logger.warning("shutdown already in progress; ignoring %s", signal.Signals(signum).name)
 
