@@ -89,10 +89,3 @@ def kubernetes_provider(config: StackConfig, kubeconfig: pulumi.Input[str]) -> k
         context=config.kube_context or None,
         cluster_identifier=cluster_identity(config),
     )
-
-
-def docker_build_provider() -> pulumi.ProviderResource:
-    """The explicit docker-build provider (the local Docker daemon)."""
-    import pulumi_docker_build as docker_build
-
-    return cast(pulumi.ProviderResource, docker_build.Provider("docker-build"))

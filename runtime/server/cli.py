@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from runtime.cli_common import limit_malloc_arenas
+from runtime.common.process import limit_malloc_arenas
 from runtime.server.options import build_parser, load_config
 
 __all__ = ["build_parser", "load_config", "main"]

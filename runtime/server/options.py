@@ -6,7 +6,7 @@
 imports the other. The settings themselves are declared in
 :mod:`runtime.server.settings`.
 
-Flags the reference has but that mean nothing here (its in-memory snapshot cache,
+Flags KubeRay's Go history server has but that mean nothing here (its in-memory snapshot cache,
 its client-side API rate limits, the API-server service proxy, token injection)
 are accepted with a warning, so existing manifests keep starting.
 """
@@ -20,7 +20,7 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
-from runtime.cli_common import configure_logging, open_configured_store
+from runtime.common.process import configure_logging
 from runtime.common.settings import SettingError, add_arguments
 from runtime.server import settings as ss
 from runtime.server.auth.config import AuthConfig, parse_auth
@@ -30,7 +30,7 @@ from runtime.server.config import ServerConfig
 from runtime.server.hosts import default_allowed_hosts
 from runtime.server.live.directory import live_directory_from_config
 from runtime.server.live.discovery import LiveDiscoveryError
-from runtime.storage.config import add_storage_arguments
+from runtime.storage.config import add_storage_arguments, open_configured_store
 from runtime.storage.errors import InvalidKeyError
 from runtime.storage.layout import validate_namespace
 

@@ -1,6 +1,7 @@
 """Storage configuration shared by the collector and the history server.
 
-Flags and environment variables follow the reference (``collector.md`` §1, §8):
+Flags and environment variables follow KubeRay's Go history server and collector
+("the reference"):
 ``--storage-backend`` (older alias ``--runtime-class-name``) / ``STORAGE_BACKEND``,
 ``--storage-root-dir`` (older alias ``--ray-root-dir``) / ``STORAGE_ROOT_DIR``,
 ``--storage-backend-config-path`` / ``STORAGE_BACKEND_CONFIG_PATH``, plus
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runtime.storage.base import ObjectStore
-from runtime.storage.errors import StorageConfigError
+from runtime.storage.errors import StorageConfigError, StorageError
 from runtime.storage.layout import KeyLayout, normalise_root
 from runtime.storage.retry import RetryPolicy
 from runtime.storage.settings import SettingSource, parse_bool
@@ -189,3 +190,18 @@ def open_store(config: StorageConfig, retry: RetryPolicy | None = None, check: b
     if check:
         store.check(create=config.create_bucket)
     return store
+
+
+def open_configured_store(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, env: Mapping[str, str] | None = None
+) -> tuple[StorageConfig, ObjectStore]:
+    """Build and verify the storage from flags + env, or exit with a message that
+    names the flag (exit 2) or the storage problem (exit 1)."""
+    try:
+        config = StorageConfig.from_args(args, env)
+        store = open_store(config)
+    except StorageConfigError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    except StorageError as exc:
+        parser.exit(1, f"{parser.prog}: error: {exc}\n")
+    return config, store

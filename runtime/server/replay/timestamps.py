@@ -40,15 +40,6 @@ def ts_ns(text: object) -> int | None:
         return None
 
 
-def ns_to_ms(ns: int | None) -> int | None:
-    return None if ns is None else ns // 1_000_000
-
-
-def ns_to_ms_float(ns: int | None) -> float | None:
-    """Whole milliseconds as a float, as Ray's State API prints ``*_ms`` fields."""
-    return None if ns is None else float(ns // 1_000_000)
-
-
 def to_int(value: object) -> int:
     """Ray's int64 fields arrive as JSON strings; int32 as numbers. 0 when unusable."""
     if type(value) is int:
