@@ -29,11 +29,17 @@ class SessionLoadError(Exception):
     """A stored session could not be indexed (e.g. no event object was readable)."""
 
 
+def json_response(body: bytes, status: int = 200) -> Response:
+    """A JSON answer of the history server's own (never a proxied one): ``nosniff``."""
+    response = Response(body, status=status, mimetype="application/json")
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
 def json_error(status: int, msg: str, headers: dict[str, str] | None = None) -> Response:
-    response = Response(orjson.dumps({"result": False, "msg": msg}), status=status, mimetype="application/json")
+    response = json_response(orjson.dumps({"result": False, "msg": msg}), status)
     for name, value in (headers or {}).items():
         response.headers[name] = value
-    response.headers["X-Content-Type-Options"] = "nosniff"
     return response
 
 

@@ -1,7 +1,7 @@
-"""Cluster listing and selection (server.md 4.1, 5): ``/clusters``,
-``/enter_cluster/...`` and the ``/select_cluster`` picker page.
+"""Cluster listing and selection: ``/clusters``, ``/enter_cluster/...`` and the
+``/select_cluster`` picker page.
 
-Differences from the reference, on purpose:
+Differences from the reference (KubeRay's Go history server), on purpose:
 
 * stored sessions come from a short-TTL marker listing, not a listing per request;
 * ``/clusters`` says ``X-Live-Discovery: unavailable`` when live clusters could not
@@ -29,7 +29,7 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from runtime.server.auth import readable_namespaces
 from runtime.server.context import services
-from runtime.server.errors import ApiError
+from runtime.server.errors import ApiError, json_response
 from runtime.server.live.discovery import LiveCluster, LiveDiscoveryError
 from runtime.server.selection import LATEST, LIVE, Selection, set_selection_cookies
 from runtime.server.sessions import StoredSession, stored_sessions
@@ -138,10 +138,9 @@ def list_clusters() -> Response:
     # Only what the caller may read: one decision per namespace seen, never the others' names.
     readable = readable_namespaces(e["namespace"] for e in entries)
     entries = [e for e in entries if e["namespace"] in readable]
-    response = Response(orjson.dumps(entries, option=orjson.OPT_INDENT_2), mimetype="application/json")
+    response = json_response(orjson.dumps(entries, option=orjson.OPT_INDENT_2))
     response.headers.update(headers)
     response.headers["Cache-Control"] = "no-store"
-    response.headers["X-Content-Type-Options"] = "nosniff"
     return response
 
 

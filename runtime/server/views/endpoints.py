@@ -1,4 +1,4 @@
-"""Stored dashboard-endpoint snapshots (server.md 8.5, 8.7).
+"""Stored dashboard-endpoint snapshots: what the collector fetched from the head's dashboard.
 
 ``/api/<anything>`` that no other view serves is answered from the snapshot the
 collector stored for that exact request URI (path + raw query) under
@@ -17,7 +17,7 @@ import orjson
 from flask import Blueprint, Response, request
 
 from runtime.server.context import SessionContext, session_route
-from runtime.server.errors import ApiError
+from runtime.server.errors import ApiError, json_response
 from runtime.server.selection import COOKIE_SESSION
 from runtime.storage.errors import InvalidKeyError, ObjectNotFoundError
 from runtime.storage.layout import endpoint_storage_name
@@ -51,12 +51,6 @@ EMPTY_PLACEMENT_GROUPS = orjson.dumps(
     }
 )
 EMPTY_DATASETS = b'{"datasets":[]}'
-
-
-def _json(body: bytes, status: int = 200) -> Response:
-    response = Response(body, status=status, mimetype="application/json")
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    return response
 
 
 def _request_uris() -> list[str]:
@@ -106,10 +100,10 @@ def _stored_endpoint(ctx: SessionContext, rest: str) -> Response:
     if data is not None:
         if path == PLACEMENT_GROUPS:
             data = backfill_bundles(data)
-        return _json(data)
+        return json_response(data)
     empty = empty_answer(path)
     if empty is not None:
-        return _json(empty)
+        return json_response(empty)
     if path == CLUSTER_METADATA:
         raise ApiError(404, "Cluster metadata not found")
     raise ApiError(404, NOT_FOUND)

@@ -1,4 +1,4 @@
-"""Log routes for stored sessions (server.md 10): listing, file, finite stream.
+"""Log routes for stored sessions: listing, file, finite stream.
 
 * ``/api/v0/logs?node_id=|node_ip=&glob=`` - names from the index's ``objects``
   table, categorised like Ray; names keep the glob's base directory (so they can be
@@ -21,7 +21,7 @@ import orjson
 from flask import Blueprint, Response, request
 
 from runtime.server.context import SessionContext, session_route
-from runtime.server.errors import ApiError
+from runtime.server.errors import ApiError, json_response
 from runtime.server.logs.catalog import IndexCatalog
 from runtime.server.logs.categories import categorize
 from runtime.server.logs.disposition import content_disposition
@@ -57,9 +57,7 @@ def list_logs(ctx: SessionContext) -> Response:
     node = _listing_node(catalog, node_id, args.get("node_ip") or None)
     names = match_names(catalog.log_files(node, under=glob.base), glob) if node else []
     body = {"result": True, "msg": "", "data": {"result": categorize(names)}}
-    response = Response(orjson.dumps(body), mimetype="application/json")
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    return response
+    return json_response(orjson.dumps(body))
 
 
 def _listing_node(catalog: IndexCatalog, node_id: str | None, node_ip: str | None) -> str | None:
@@ -112,7 +110,7 @@ def _window(resolved: ResolvedLog, size: int, where: str) -> tuple[int, int]:
     """Clamp the requested byte window to the stored object.
 
     A task's offsets can point past the end when the worker died before its last
-    output was shipped; what was stored is still the best answer (the reference 500s).
+    output was shipped; what was stored is still the best answer (KubeRay's Go history server 500s).
     """
     end = size if resolved.end is None else resolved.end
     if end > size:

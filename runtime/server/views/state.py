@@ -9,7 +9,7 @@ import orjson
 from flask import Blueprint, Response, request
 
 from runtime.server.context import SessionContext, session_route
-from runtime.server.errors import ApiError
+from runtime.server.errors import ApiError, json_response
 from runtime.server.queries import state
 from runtime.server.queries.cluster_status import DEBUG_STATE, cluster_status_text
 from runtime.storage.errors import InvalidKeyError, ObjectNotFoundError
@@ -24,12 +24,6 @@ _NO_METRICS = (
     "metrics are not kept for stored sessions: the history server serves events and logs only, "
     "so there is no {what} to query for a cluster that is gone"
 )
-
-
-def json_response(body: bytes, status: int = 200) -> Response:
-    response = Response(body, status=status, mimetype="application/json")
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    return response
 
 
 # --------------------------------------------------------------------- actors
@@ -58,7 +52,7 @@ def jobs(ctx: SessionContext) -> Response:
 def job(ctx: SessionContext, job_id: str) -> Response:
     found = state.one_job(ctx.index, job_id)
     if found is None:
-        # Deliberately a 404 JSON answer: the reference says 200 with plain text.
+        # Deliberately a 404 JSON answer: KubeRay's Go history server says 200 with plain text.
         raise ApiError(404, f"Job {job_id} does not exist")
     return json_response(found)
 

@@ -7,6 +7,7 @@ from datetime import datetime
 from flask import Blueprint, Response, request
 
 from runtime.server.context import SessionContext, session_route
+from runtime.server.errors import json_response
 from runtime.server.queries.options import parse_task_query
 from runtime.server.queries.state import normalise_id
 from runtime.server.queries.summary import summarize_tasks
@@ -14,12 +15,6 @@ from runtime.server.queries.tasks import list_tasks
 from runtime.server.queries.timeline import download_name, timeline
 
 bp = Blueprint("tasks", __name__)
-
-
-def json_response(body: bytes, status: int = 200) -> Response:
-    response = Response(body, status=status, mimetype="application/json")
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    return response
 
 
 @bp.get("/api/v0/tasks")
