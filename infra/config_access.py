@@ -25,13 +25,10 @@ server's namespace with the key ``client-secret``.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from infra.components.history_server import HistoryServerIngress
 from infra.components.server_access import AUTH_MODES, AUTHZ_MODES, FrontDoor, OidcClient, ServerAccess
-
-if TYPE_CHECKING:
-    from infra.config import _Section
+from infra.config_values import ConfigError, _key, _Section
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -43,8 +40,6 @@ def default_access() -> ServerAccess:
 
 def read_access(s: _Section) -> ServerAccess:
     """The section, validated; ConfigError naming the key otherwise."""
-    from infra.config import ConfigError, _key
-
     raw_auth = s.get("auth", list, [])
     oidc = _oidc(s)
     front_door = _front_door(s)
@@ -85,8 +80,6 @@ def read_access(s: _Section) -> ServerAccess:
 
 def read_ingress(parent: _Section) -> HistoryServerIngress | None:
     """``access.ingress``: host (required), className, tlsSecretName, annotations."""
-    from infra.config import ConfigError, _key
-
     s = parent.section("ingress")
     if s is None:
         return None
@@ -107,8 +100,6 @@ def read_ingress(parent: _Section) -> HistoryServerIngress | None:
 
 
 def _oidc(parent: _Section) -> OidcClient | None:
-    from infra.config import ConfigError, _key
-
     s = parent.section("oidc")
     if s is None:
         return None
@@ -131,8 +122,6 @@ def _oidc(parent: _Section) -> OidcClient | None:
 
 
 def _front_door(parent: _Section) -> FrontDoor | None:
-    from infra.config import ConfigError, _key
-
     s = parent.section("trustedHeader")
     if s is None:
         return None
