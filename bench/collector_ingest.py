@@ -5,7 +5,7 @@
 
 Starts ``collector`` (worker role, log collector off; storage ``local`` or an
 emulator, whose SDK counts toward the collector's RSS) on core 0
-and posts batches shaped like Ray 2.60's (events from ``../shared/ray-samples``,
+and posts batches shaped like Ray 2.60's (events from ``tests/fixtures/ray-samples``,
 ``--batch`` per POST, as the aggregator sends under load) from core 1. Every
 200 is a durable acknowledgement (fsync'd spool). Prints events/s, POST latency,
 the collector's CPU use, peak RSS, and checks every acknowledged event reached
@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.integration.emulators.registry import EMULATORS  # noqa: E402
 
-SAMPLES = REPO.parent / "shared" / "ray-samples" / "events" / "runB-all-types" / "_all_events.json"
+SAMPLES = REPO / "tests" / "fixtures" / "ray-samples" / "events" / "runB-all-types" / "_all_events.json"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 

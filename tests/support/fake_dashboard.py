@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-SAMPLES = Path("/work/shared/ray-samples/api")
+SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "ray-samples" / "api"
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Write a stored session into an ObjectStore exactly as the collector files it.
 
-The events are the real Ray 2.60 batches of ``../shared/ray-samples`` (session A =
+The events are the real Ray 2.60 batches of ``tests/fixtures/ray-samples`` (session A =
 ``runA-kuberay-config``, whose logs tarball and live API answers are also saved),
 grouped with the collector's own parser into ``node_events`` / ``job_events``
 objects; logs come from the session's ``logs/`` tarball and the endpoint
@@ -22,7 +22,7 @@ from runtime.storage.ids import to_hex_id
 from runtime.storage.layout import ClusterRef, KeyLayout, event_file_name
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SAMPLES = (REPO_ROOT.parent / "shared" / "ray-samples").resolve()
+SAMPLES = REPO_ROOT / "tests" / "fixtures" / "ray-samples"
 EVENTS = SAMPLES / "events"
 API = SAMPLES / "api"
 SESSION_A = "session_2026-11-22_01-45-25_333080_9264"

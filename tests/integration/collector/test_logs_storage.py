@@ -20,7 +20,7 @@ from runtime.storage.layout import ClusterRef, KeyLayout
 
 pytestmark = pytest.mark.integration
 
-SAMPLES = Path("/work/shared/ray-samples/session-logs-sample.tar.gz")
+SAMPLES = Path(__file__).resolve().parents[2] / "fixtures" / "ray-samples" / "session-logs-sample.tar.gz"
 SESSION_A = "session_2026-11-22_01-45-25_333080_9264"
 SESSION_B = "session_2026-11-22_01-58-29_266863_14332"
 NODE_A = "a" * 56

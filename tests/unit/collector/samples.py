@@ -1,4 +1,4 @@
-"""Real event batches captured from Ray 2.60 (``../shared/ray-samples/raw``)."""
+"""Real event batches captured from Ray 2.60 (``tests/fixtures/ray-samples/raw``)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[3].parent / "shared"
-RAW = SHARED / "ray-samples" / "raw"
-EVENTS = SHARED / "ray-samples" / "events"
+SAMPLES = Path(__file__).resolve().parents[2] / "fixtures" / "ray-samples"
+RAW = SAMPLES / "raw"
+EVENTS = SAMPLES / "events"
 
 
 def raw_batches(run: str = "runB-all-types") -> Iterator[tuple[str, bytes]]:

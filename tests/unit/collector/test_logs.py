@@ -24,7 +24,7 @@ from runtime.storage.layout import ClusterRef, KeyLayout
 from runtime.storage.local import LocalStore
 from runtime.storage.retry import RetryPolicy
 
-SAMPLES = Path("/work/shared/ray-samples/session-logs-sample.tar.gz")
+SAMPLES = Path(__file__).resolve().parents[2] / "fixtures" / "ray-samples" / "session-logs-sample.tar.gz"
 SESSION_A = "session_2026-11-22_01-45-25_333080_9264"
 SESSION_B = "session_2026-11-22_01-58-29_266863_14332"
 SESSION_OLD = "session_2026-11-21_10-00-00_000001_42"
@@ -479,7 +479,7 @@ def test_leftover_session_merges_into_an_existing_prev_logs_dir(env: Env) -> Non
 
 
 def test_without_a_watcher_rescans_take_over(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    """inotify exhausted (the reference dies here): files still ship, by rescans."""
+    """inotify exhausted (KubeRay's Go collector dies here): files still ship, by rescans."""
 
     def no_inotify(*_args: object, **_kwargs: object) -> Iterator[set[tuple[int, str]]]:
         raise OSError(errno.ENOSPC, "inotify watch limit reached")

@@ -2,7 +2,7 @@
 
 * core kinds (Deployment, Service, ...): ``kubernetes_validate`` in strict mode
   (unknown fields are errors), against :data:`K8S_VERSION`;
-* ``ray.io`` kinds: the KubeRay CRDs' ``openAPIV3Schema`` (``/work/shared/schemas/kuberay``,
+* ``ray.io`` kinds: the KubeRay CRDs' ``openAPIV3Schema`` (``tests/fixtures/kuberay/crds``,
   or ``$KUBERAY_SCHEMAS_DIR``) with ``jsonschema``. The API server prunes unknown
   fields of a CRD silently, so a misspelt field would vanish unnoticed; here every
   object schema that lists ``properties`` is closed (``additionalProperties: false``)
@@ -24,7 +24,7 @@ import yaml  # type: ignore[import-untyped]
 #: Oldest Kubernetes minor the three clouds still support; objects must be valid there.
 K8S_VERSION = "1.30"
 REPO_ROOT = Path(__file__).resolve().parents[3]
-KUBERAY_SCHEMAS = Path(os.environ.get("KUBERAY_SCHEMAS_DIR", REPO_ROOT.parent / "shared" / "schemas" / "kuberay"))
+KUBERAY_SCHEMAS = Path(os.environ.get("KUBERAY_SCHEMAS_DIR", REPO_ROOT / "tests" / "fixtures" / "kuberay" / "crds"))
 RAY_PLURALS = {"RayCluster": "rayclusters", "RayJob": "rayjobs", "RayService": "rayservices"}
 
 
