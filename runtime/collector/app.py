@@ -2,7 +2,7 @@
 
 Start-up never blocks on Ray: the event receiver listens at once (events for a
 node not identified yet are spooled under ``_unknown`` and filed when the node ID
-is known), unlike the reference, which listens only after the head dashboard
+is known), unlike KubeRay's Go collector, which listens only after the head dashboard
 answered and exits after a minute if it does not.
 
 Shutdown (SIGTERM), all inside ``shutdown_deadline``:

@@ -1,7 +1,7 @@
 """Collector configuration: flags (GKE-guide and current-KubeRay spellings) and
 environment variables (what KubeRay >= 1.7 injects into its sidecar), merged.
 
-Names and defaults follow the reference (``collector.md`` §1). Two deliberate
+Names and defaults follow KubeRay's Go collector ("the reference"). Two deliberate
 differences: a flag and an environment variable that disagree stop the process
 with a message naming both (the reference silently lets the env win), and
 numeric or boolean values that do not parse are errors, not silently ignored.

@@ -1,4 +1,4 @@
-"""Which Ray node and which session this collector serves (``collector.md`` §2).
+"""Which Ray node and which session this collector serves.
 
 Node ID sources, first that answers wins:
 
@@ -7,7 +7,7 @@ Node ID sources, first that answers wins:
    ``node_ip`` is ``POD_IP`` (only with ``POD_IP`` and ``FQ_RAY_IP`` set);
 3. the current session directory (``*_port_<nodeId>`` files, ``raylet.out``).
 
-Unlike the reference, nothing here exits or blocks: an unknown ID stays None and is
+Unlike KubeRay's Go collector ("the reference" below), nothing here exits or blocks: an unknown ID stays None and is
 retried every pass, so the event receiver can listen from the first second. The
 dashboard is asked every pass only while the ID is unknown; once known it is asked
 again when the session or the raylet socket changes (a restarted raylet has a new

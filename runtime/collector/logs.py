@@ -1,8 +1,8 @@
 """Log shipping: the current session's logs while the node runs, previous sessions
 through ``prev-logs``, and everything left at shutdown.
 
-The reference uploads logs only at shutdown and reads whole files into memory
-(``collector.md`` §4, §11). Here a ``watchfiles`` thread marks changed files dirty
+KubeRay's Go collector uploads logs only at shutdown and reads whole files into
+memory. Here a ``watchfiles`` thread marks changed files dirty
 and one loop thread uploads them, streamed, at most every ``upload_interval`` per
 file (new files at once), with a periodic full rescan as a safety net. Files in
 ``prev-logs`` are deleted only after their upload succeeded, so failures are
@@ -263,7 +263,7 @@ class LogShipper:
             try:
                 self._on_session(session)
             except Exception as exc:
-                # A marker failure must not hold back the logs (a reference weakness).
+                # A marker failure must not hold back the logs (a weakness of KubeRay's Go collector).
                 self._announce_retry_at = time.monotonic() + 5 * BACKOFF_BASE
                 logger.warning("session callback for %s failed, will retry: %s", session, exc)
                 continue

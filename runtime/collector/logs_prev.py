@@ -1,7 +1,7 @@
 """File-system side of log shipping: walking log trees, moving the logs of
 finished sessions into ``prev-logs``, and pruning what was emptied.
 
-Layout (``collector.md`` §4.3/4.4)::
+Layout::
 
     {tmp_root}/session_<...>/logs/...              a session's logs while it runs
     {tmp_root}/prev-logs/{session}/{node}/logs/... logs of finished sessions, waiting to ship
@@ -92,7 +92,7 @@ def plan_prev_logs(
     """Move finished sessions' logs into prev-logs, then list every file there.
 
     A session's node is the one its own directory names (port files, raylet.out),
-    else ``fallback_node()`` (the reference always uses the current node). A
+    else ``fallback_node()`` (KubeRay's Go collector always uses the current node). A
     session whose logs cannot be moved is shipped where it is and kept.
     ``shipped`` maps keys to the (size, mtime_ns) already stored, so a file
     shipped live before the move is only deleted, not uploaded again.

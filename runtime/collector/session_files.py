@@ -1,7 +1,7 @@
 """Reading Ray's temp root: which session is current, and which node a session
 directory belongs to. Pure file-system inspection, no network.
 
-Layout (``ray-events.md`` §7)::
+Layout (Ray 2.60)::
 
     {tmp_root}/session_latest -> session_2026-11-22_01-45-25_333080_9264
     {tmp_root}/session_*/{component}_port_{nodeIdHex}    one-line port files

@@ -157,11 +157,11 @@ LOG_FORMAT = Setting[str | None](
     "--log-format", "LOG_FORMAT", _text, None, "`json` for one JSON object per line", "`text`", group=OPS,
     env_fallback_elsewhere=True,
 )  # fmt: skip
-# Accepted for compatibility with older manifests; the reference parses and ignores them.
+# Accepted for compatibility with older manifests; KubeRay's Go collector parses and ignores them.
 LOG_BATCHING = Setting[str | None]("--log-batching", None, _text, None, "ignored", group=OPS, hidden=True)
 PUSH_INTERVAL = Setting[str | None]("--push-interval", None, _text, None, "ignored", group=OPS, hidden=True)
 
-# Environment only, as in the reference.
+# Environment only, as in KubeRay's Go collector.
 POD_IP = Setting[str | None](None, "POD_IP", _text, None, "this pod's IP, to find the node ID via `/api/v0/nodes`")
 FQ_RAY_IP = Setting[str | None](None, "FQ_RAY_IP", _text, None, "the head service's DNS name, for the same lookup")
 DASHBOARD_PORT = Setting(None, "RAY_DASHBOARD_PORT", tcp_port, 8265, "the head dashboard's port, for the same lookup")

@@ -1,5 +1,5 @@
 """What the head snapshots from the dashboard, and the per-session memory that
-decides when each endpoint is fetched again (``collector.md`` §6).
+decides when each endpoint is fetched again.
 
 Three kinds of endpoint:
 
@@ -9,7 +9,7 @@ Three kinds of endpoint:
   extras): stored on every poll (:func:`polled_endpoints`);
 * per-job Ray Data datasets: fetched for each job of the job list until a
   terminal job's datasets are stored, or found empty too often
-  (:class:`DatasetPollState`, ``collector.md`` §6.2).
+  (:class:`DatasetPollState`).
 
 Pure state, no I/O: :class:`~runtime.collector.snapshots.SnapshotRecorder` fetches and stores.
 """
@@ -82,7 +82,7 @@ def fresh_once_states() -> dict[str, OnceState]:
 
 @dataclass
 class DatasetPollState:
-    """Per-session memory of the Ray Data per-job state machine (``collector.md`` §6.2)."""
+    """Per-session memory of the Ray Data per-job state machine."""
 
     terminal_stored: set[str] = field(default_factory=set)
     empty_runs: dict[str, int] = field(default_factory=dict)

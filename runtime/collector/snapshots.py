@@ -1,6 +1,6 @@
-"""Head only: session markers and dashboard endpoint snapshots (``collector.md`` §4.5, §6).
+"""Head only: session markers and dashboard endpoint snapshots.
 
-Compared with the reference:
+Compared with KubeRay's Go collector:
 
 * the marker of the current session is written as soon as the session is known
   (and again at shutdown), so a killed pod still leaves its session listed;

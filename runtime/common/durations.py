@@ -1,4 +1,4 @@
-"""Go-style durations (``300ms``, ``30s``, ``5m``, ``1h30m``), as the reference's flags take them."""
+"""Go-style durations (``300ms``, ``30s``, ``5m``, ``1h30m``), as KubeRay's Go history server's flags take them."""
 
 from __future__ import annotations
 

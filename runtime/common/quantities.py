@@ -13,7 +13,7 @@ _DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 1
 
 def parse_quantity(text: str) -> int:
     """Bytes in a Kubernetes quantity: ``20Gi``, ``8G``, ``8589934592``, ``2e9``,
-    ``8.5Gi`` (as the reference accepts); ``8GiB``, ``lots``, negatives are errors."""
+    ``8.5Gi`` (as KubeRay's Go history server accepts); ``8GiB``, ``lots``, negatives are errors."""
     match = _QUANTITY.fullmatch(text.strip())
     if not match:
         raise ValueError(f"{text!r} is not a size like 20Gi, 500Mi or 8G")

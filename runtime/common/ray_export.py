@@ -1,6 +1,6 @@
 """What a Ray 2.60 node needs in its environment to export events to a collector
-(``ray-events.md`` §2): one source for the quickstart, the Pulumi sidecar helper
-and the test harness."""
+(the ``RAY_enable_ray_event`` family, as KubeRay sets it): one source for the
+quickstart, the Pulumi sidecar helper and the test harness."""
 
 from __future__ import annotations
 

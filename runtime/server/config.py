@@ -20,7 +20,7 @@ DEFAULT_CACHE_MAX_BYTES = 20 * 1024**3
 #: How long an indexed session is trusted before its object listing is compared
 #: again (late log uploads, a collector that finished after the cluster died).
 DEFAULT_FRESHNESS_SECONDS = 30.0
-#: Live-cluster proxy timeout (the reference's); log streams are exempt.
+#: Live-cluster proxy timeout (KubeRay's Go history server's); log streams are exempt.
 DEFAULT_PROXY_TIMEOUT = 30.0
 #: Sessions whose event objects exceed this many bytes are indexed in a child
 #: process, so the server's own RSS stays small after a big build.

@@ -1,4 +1,5 @@
-"""Which cluster session a browser is looking at: the reference's five cookies.
+"""Which cluster session a browser is looking at: the five cookies of
+KubeRay's Go history server ("the reference" below).
 
 ``/enter_cluster`` sets them; every Dashboard route reads them. Values are checked
 against whitelists (DNS-1123 names, safe session names), never just for ``..``,

@@ -1,9 +1,9 @@
 """Stored sessions, from the ``cluster-metadata/`` markers, behind a short TTL.
 
-The reference lists every marker on every ``/clusters`` and ``/enter_cluster``;
-here one listing serves all requests of a few seconds (per process). A lookup that
-misses refreshes once before answering "not found", so a session stored a moment
-ago can still be entered.
+KubeRay's Go history server lists every marker on every ``/clusters`` and
+``/enter_cluster``; here one listing serves all requests of a few seconds (per
+process). A lookup that misses refreshes once before answering "not found", so a
+session stored a moment ago can still be entered.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ AUTHZ_ENV = "HISTORYSERVER_AUTHZ"
 
 
 def size(text: str) -> int:
-    """Bytes in a Kubernetes quantity; ``0`` disables the bound, as in the reference."""
+    """Bytes in a Kubernetes quantity; ``0`` disables the bound, as in KubeRay's Go history server."""
     value = parse_quantity(text)
     return UNBOUNDED if value == 0 else value
 
@@ -127,7 +127,9 @@ KUBERNETES = Setting(
 KUBECONFIG = Setting[str | None](
     "--kubeconfig", None, _text, None, "kubeconfig for `--kubernetes=kubeconfig`", "`~/.kube/config`", group=LIVE
 )
-KUBECONFIGS = Setting[str | None]("--kubeconfigs", None, _text, None, "the reference's spelling", hidden=True)
+KUBECONFIGS = Setting[str | None](
+    "--kubeconfigs", None, _text, None, "KubeRay's Go history server's spelling", hidden=True
+)
 CLUSTER_DOMAIN = Setting(
     "--cluster-domain", None, _text, "cluster.local",
     "how live heads are reached (`{head-svc}.{ns}.svc.{domain}:{dashboard-port}`)", group=LIVE,

@@ -1,6 +1,6 @@
 """The ``azureblob`` backend: Azure Blob Storage (and Azurite) via azure-storage-blob 12.
 
-Settings follow the reference (``AZURE_STORAGE_*`` env vars / ``azure*`` JSON keys).
+Settings follow KubeRay's Go history server (``AZURE_STORAGE_*`` env vars / ``azure*`` JSON keys).
 SDK retries are switched off: the RetryPolicy in ``base`` is the only retry loop.
 Keys are blob names used verbatim (the SDK percent-encodes ``?``, ``&``, ``=``).
 """
@@ -82,7 +82,7 @@ class AzureBlobSettings:
 
     @classmethod
     def from_source(cls, source: SettingSource) -> AzureBlobSettings:
-        """Read the reference's env vars / JSON keys; JSON wins per key."""
+        """Read KubeRay's Go history server's env vars / JSON keys; JSON wins per key."""
         container = source.get("AZURE_STORAGE_CONTAINER", "azureContainer", DEFAULT_CONTAINER) or DEFAULT_CONTAINER
         if not _CONTAINER_RE.match(container):
             raise StorageConfigError(

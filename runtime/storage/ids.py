@@ -1,4 +1,5 @@
-"""Ray ID normalisation, byte-compatible with the reference (``ConvertBase64ToHex``).
+"""Ray ID normalisation, byte-compatible with KubeRay's Go history server
+("the reference", its ``ConvertBase64ToHex``).
 
 Ray events carry IDs as base64 (protobuf ``bytes`` through ``MessageToJson``); the
 storage layout and the dashboard use lower-case hex. Order matters and follows the

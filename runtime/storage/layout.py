@@ -1,6 +1,6 @@
 """The storage key layout: the one contract between collector and history server.
 
-Byte-compatible with KubeRay's Go history server, so a bucket written by either
+Byte-compatible with KubeRay's Go history server ("the reference" below), so a bucket written by either
 implementation is readable by the other::
 
     {root}/cluster-metadata/raycluster/{ns}_{cluster}/{session}                 (0-byte marker)
@@ -158,7 +158,7 @@ class ClusterRef:
 
     ``owner_kind`` is ``raycluster`` for a bare RayCluster, or ``rayjob`` /
     ``rayservice`` with ``owner_name`` set to the CR that created the cluster. Like
-    the reference, an owner kind without an owner name files under ``raycluster``.
+    KubeRay's Go history server, an owner kind without an owner name files under ``raycluster``.
     """
 
     namespace: str

@@ -1,6 +1,6 @@
 """Amazon S3 (and S3-compatible stores such as MinIO or Ceph) through boto3.
 
-Settings keep the reference's names (``S3_BUCKET``/``s3Bucket``, ``S3_ENDPOINT``,
+Settings keep the names of KubeRay's Go history server (``S3_BUCKET``/``s3Bucket``, ``S3_ENDPOINT``,
 ``S3_REGION``, ``S3FORCE_PATH_STYLE``, ``S3DISABLE_SSL``). botocore's own retries
 are off: the RetryPolicy in base.py is the only retry budget.
 """
@@ -91,7 +91,7 @@ class S3Settings:
         disable_ssl = source.get_bool("S3DISABLE_SSL", "s3DisableSSL", False)
         endpoint = source.get("S3_ENDPOINT", "s3Endpoint")
         if endpoint:
-            # The reference takes host:port; a full URL is accepted too.
+            # KubeRay's Go history server takes host:port; a full URL is accepted too.
             if "://" not in endpoint:
                 endpoint = ("http://" if disable_ssl else "https://") + endpoint
             elif not endpoint.startswith(("http://", "https://")):

@@ -1,5 +1,5 @@
 """Reading backend settings from the environment and the optional JSON file
-(``--storage-backend-config-path``), with the reference's names.
+(``--storage-backend-config-path``), with the names of KubeRay's Go history server ("the reference").
 
 Unlike the reference (where S3 takes either the env vars or the file, and
 non-string JSON values panic), every key is looked up per setting: the JSON file

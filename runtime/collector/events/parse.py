@@ -1,6 +1,6 @@
 """Parsing and sorting one POSTed batch of Ray events. Pure: bytes in, decisions out.
 
-Compatible with the reference's grouping (``collector.md`` §5.3): node events by
+Compatible with the grouping of KubeRay's Go collector ("the reference"): node events by
 type, job events by the nested ``jobId`` of seven payload keys, IDs as lower-case
 hex, unknown types and unsafe job IDs under ``node_events``. Different on purpose:
 

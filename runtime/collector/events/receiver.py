@@ -1,7 +1,7 @@
 """The collector's HTTP side: ``POST /v1/events`` plus ``/healthz``, ``/readyz``
 and ``/metrics`` on the events port.
 
-Contract with Ray's aggregator agent (``ray-events.md`` §3): one JSON array per
+Contract with Ray's aggregator agent (its HTTP publisher): one JSON array per
 POST, any non-2xx is retried with the identical batch. So:
 
 * 200 only after the batch is durable in the spool;
@@ -45,7 +45,7 @@ from runtime.collector.metrics import CollectorMetrics
 
 logger = logging.getLogger(__name__)
 
-#: Backpressure starts here (as in the reference): leave room for in-flight batches.
+#: Backpressure starts here (as in KubeRay's Go collector): leave room for in-flight batches.
 PRESSURE_RATIO = 0.8
 #: Distinct (session, node, job) spool files one batch may name. Ray's agent sends
 #: one node's events, from one session and a handful of jobs; each target costs an

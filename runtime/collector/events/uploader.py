@@ -1,4 +1,4 @@
-"""Uploading rotated spool files to storage, under the reference's keys.
+"""Uploading rotated spool files to storage, under the keys KubeRay's Go collector uses.
 
 A few worker threads take ready files in order. A failed upload is not dropped:
 it waits (exponential backoff, capped) and tries again, whatever the error, since

@@ -1,4 +1,4 @@
-"""The on-disk cache of session indexes (DESIGN.md decision 2).
+"""The on-disk cache of session indexes (README "How it stays fast").
 
 * One SQLite file per stored session under ``--cache-dir``; it survives restarts.
 * One build per session across threads *and* gunicorn workers: an in-process lock

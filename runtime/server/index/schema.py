@@ -1,4 +1,5 @@
-"""The per-session index: one SQLite file per stored session (DESIGN.md decision 2).
+"""The per-session index: one SQLite file per stored session, built on first use
+(README "How it stays fast").
 
 Built once by replaying the session's stored events (:mod:`runtime.server.index.build`),
 then only read. Requests are answered by indexed queries and by splicing JSON

@@ -57,7 +57,7 @@ def classify(listing: Sequence[ObjectInfo], prefix: str) -> Sources:
             sources.logs.append(info)
         elif is_jobs_snapshot(item):
             sources.snapshot = info
-    # Job-event objects before node-event objects, each in key order (as the reference).
+    # Job-event objects before node-event objects, each in key order (as KubeRay's Go history server).
     sources.events.sort(key=lambda info: (0 if info.key in job_events else 1, info.key))
     return sources
 

@@ -1,7 +1,7 @@
 """``glob=`` of ``/api/v0/logs``: validation, base-dir split and matching.
 
 Semantics follow the live dashboard (``pathlib.Path(logs_dir).glob(glob)``), not
-the reference: names are returned relative to ``logs/`` *including* the glob's
+KubeRay's Go history server: names are returned relative to ``logs/`` *including* the glob's
 base directory, so every listed name can be opened with ``filename=``; matched
 directories are listed as ``name/``. Per segment, ``*``/``?``/``[...]`` never
 cross ``/`` and match dot-files; a ``**`` segment matches zero or more levels

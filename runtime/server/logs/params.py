@@ -1,6 +1,6 @@
 """Query parameters of ``/api/v0/logs/file`` and ``/stream``, parsed and checked.
 
-Validation order and messages follow the reference (server.md 10.2); every value
+Validation order and messages follow KubeRay's Go history server; every value
 that ends up in a storage key is whitelisted here (hex ids, one-or-more clean
 path segments), so nothing later has to worry about traversal.
 """

@@ -96,7 +96,7 @@ def resolve_node(catalog: LogCatalog, node_id: str | None, node_ip: str | None, 
 def resolve_log(params: LogFileParams, catalog: LogCatalog) -> ResolvedLog:
     """The object (and byte window) ``params`` asks for; ApiError otherwise."""
     if params.filename:
-        # attempt_number is ignored for an explicit file name (the reference appends
+        # attempt_number is ignored for an explicit file name (KubeRay's Go history server appends
         # ".<attempt>", which names a file Ray never writes).
         node = resolve_node(catalog, params.node_id, params.node_ip, want=params.filename)
         return ResolvedLog(node, params.filename)

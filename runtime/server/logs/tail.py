@@ -6,7 +6,7 @@ chunks until it has N lines, a whole-file answer is streamed chunk by chunk.
 
 Line semantics follow the live dashboard: the answer is the raw bytes from the
 start of the N-th last line to the end of the window, so the file's trailing
-newline is kept (the reference strips it and fails on lines over 64 KiB).
+newline is kept (KubeRay's Go history server strips it and fails on lines over 64 KiB).
 """
 
 from __future__ import annotations

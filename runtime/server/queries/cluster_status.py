@@ -1,5 +1,5 @@
 """``/api/cluster_status?format=1``: ``ray status``-like text rebuilt from what
-the session left behind (server.md 8.6).
+the session left behind.
 
 Pure parts: :func:`parse_debug_state` (a raylet's ``debug_state.txt``) and
 :func:`format_status`. :func:`gather` collects the inputs from the index and the
@@ -115,7 +115,7 @@ def format_value(resource: str, value: float) -> str:
 
 
 def demand_key(resources: dict[str, float]) -> tuple[tuple[str, float], ...]:
-    """Group equal shapes (to 4 decimals, as the reference's ``name:%.4f`` key)."""
+    """Group equal shapes (to 4 decimals, as KubeRay's Go history server's ``name:%.4f`` key)."""
     return tuple(sorted((str(k), round(float(v), 4)) for k, v in resources.items()))
 
 

@@ -1,6 +1,6 @@
 """State-API query options for ``/api/v0/tasks`` and ``/api/v0/tasks/summarize``.
 
-Follows the reference (server.md 9.1) with two deliberate changes that match Ray
+Follows KubeRay's Go history server ("the reference" below) with two deliberate changes that match Ray
 itself: an unknown filter key is a 400 naming the key (the reference silently
 compares it against ""), and ``=``/``!=`` compare case-insensitively (ids and
 states are stored in one canonical case, so values are normalised instead).

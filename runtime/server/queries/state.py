@@ -59,7 +59,7 @@ def all_actors(index: SessionIndex, ids: list[str] | None = None) -> bytes:
 
 def one_actor(index: SessionIndex, actor_id: str) -> bytes:
     """``/logical/actors/<id>``: always 200; ``result:false`` when unknown (the UI
-    and the reference's e2e tests rely on that)."""
+    and the e2e tests of KubeRay's Go history server rely on that)."""
     raw = index.scalar("SELECT actor_json FROM actors WHERE actor_id = ?", (normalise_id(actor_id),))
     if raw is None:
         return envelope("Actor not found.", {"detail": None}, result=False)
@@ -108,7 +108,7 @@ def all_jobs(index: SessionIndex) -> bytes:
 
 
 def one_job(index: SessionIndex, job_id: str) -> bytes | None:
-    """A job by hex job id or by submission id (Ray accepts both; the reference
+    """A job by hex job id or by submission id (Ray accepts both; KubeRay's Go history server
     only the former). ``None`` when unknown."""
     candidates = (
         ("SELECT job_json FROM jobs WHERE job_id = ?", normalise_id(job_id)),

@@ -87,7 +87,7 @@ def _by_name(index: SessionIndex, selection: TaskSelection) -> tuple[dict[str, A
 def summary_by_name(rows: list[tuple[Any, ...]], first_type: Any = None) -> dict[str, Any]:
     """Group ``(name, func_name, type, state, count)`` rows as Ray's
     ``to_summary_by_func_name``: key = name, else function name; an attempt with
-    neither (lifecycle events only, no definition) is left out, as the reference
+    neither (lifecycle events only, no definition) is left out, as KubeRay's Go history server
     does; an empty state counts as ``NIL``. ``first_type(key, types)`` picks the
     type shown when one key has several (Ray: the type of the first task)."""
     states: dict[str, dict[str, int]] = defaultdict(dict)

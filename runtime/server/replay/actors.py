@@ -1,6 +1,7 @@
-"""Actors (server.md §7.3) and their ``/logical/actors`` objects (§8.2, live shape).
+"""Actors (``ACTOR_DEFINITION``/``LIFECYCLE`` events) and their ``/logical/actors``
+objects, in the live dashboard's shape.
 
-Better than the reference, from fields Ray 2.60 does export: pid and port come from
+Better than KubeRay's Go history server, from fields Ray 2.60 does export: pid and port come from
 the latest ALIVE transition (not only from a death cause), the IP from the node's
 definition when no death cause names it, the exit detail from a creation-task
 failure too, and the job id from the actor id's suffix when no definition arrived.

@@ -1,4 +1,4 @@
-"""Decoding stored event objects (server.md §6.4) into event dicts.
+"""Decoding stored event objects (``node_events/``, ``job_events/``) into event dicts.
 
 * ``.gz`` objects are gunzipped; a truncated or corrupt stream yields what could be
   decompressed (its last, partial line is then counted as a bad line), so one bad

@@ -2,7 +2,7 @@
 
 A session repeats the same few job, node, worker and parent ids millions of times;
 converting each occurrence would cost more than the rest of the replay. Unlike the
-storage helper, an undecodable id is kept as given (the reference does the same).
+storage helper, an undecodable id is kept as given (KubeRay's Go history server does the same).
 """
 
 from __future__ import annotations

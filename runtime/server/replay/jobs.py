@@ -1,5 +1,5 @@
-"""Driver jobs (server.md §7.4) as ``/api/jobs/`` objects (§8.3), merged with the
-collector's stored snapshot of ``/api/jobs/``.
+"""Driver jobs (``DRIVER_JOB_DEFINITION``/``LIFECYCLE`` events) as ``/api/jobs/``
+objects, merged with the collector's stored snapshot of ``/api/jobs/``.
 
 Ray exports no job status (a FINISHED driver may have failed), so the snapshot
 decides status, submission id, message, error type, times, entrypoint, metadata,

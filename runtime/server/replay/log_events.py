@@ -1,8 +1,8 @@
-"""Ray "log events" (``<node>/logs/events/event_*.log``) for ``/events`` (server.md §6.3, §8.4).
+"""Ray "log events" (``<node>/logs/events/event_*.log``) for ``/events``.
 
 One JSON object per line, snake_case. Kept: lines up to 2 MiB that parse to an
-object with an ``event_id``; ``timestamp`` as a string *or* a number (the reference
-rejects numbers, but Ray's RAYLET events carry one). Grouped by
+object with an ``event_id``; ``timestamp`` as a string *or* a number (KubeRay's Go history
+server rejects numbers, but Ray's RAYLET events carry one). Grouped by
 ``custom_fields.job_id`` (else ``global``), de-duplicated by ``event_id`` (last one
 wins), each job trimmed to its newest 10 000 once it passes 11 000. The stored
 object is the live dashboard's: every key camelCased recursively, ``\\n``/``\\r``

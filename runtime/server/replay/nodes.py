@@ -1,6 +1,7 @@
-"""Nodes (server.md §7.5) as ``/nodes?view=summary`` elements (§8.1).
+"""Nodes (``NODE_DEFINITION``/``LIFECYCLE`` events) as ``/nodes?view=summary`` elements.
 
-Host metrics a dead session cannot know are placeholders, as in the reference;
+Host metrics a dead session cannot know are placeholders, as in KubeRay's Go
+history server;
 fields Ray prints as int64 strings (``startTimeMs``, ``endTimeMs``,
 ``objectStoreBytesAvail``) are strings as in the live answer. ``raw_json`` keeps the
 merged definition and every transition for the cluster-status computation:

@@ -2,7 +2,8 @@
 
 ``brief_json`` is exactly a ``/api/v0/tasks`` row without ``detail`` and
 ``extra_json`` the detail-only fields, in the key order and with the value types
-of Ray 2.60's live answers (``../shared/ray-samples/api/api_v0_tasks_detail=1_limit=100.json``):
+of Ray 2.60's live answers (a captured one is
+``tests/fixtures/ray-samples/api/api_v0_tasks_detail=1_limit=100.json``):
 unknown ids, pids and times are ``null``; ``runtime_env_info`` is an object.
 """
 

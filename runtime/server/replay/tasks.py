@@ -1,15 +1,15 @@
-"""Task attempts (server.md §7.2), kept compact for sessions of millions of tasks.
+"""Task attempts (``TASK_DEFINITION``/``LIFECYCLE``/``PROFILE`` events), kept compact for sessions of millions of tasks.
 
 One attempt is a compact list (:mod:`runtime.server.replay.attempt`) keyed by the
 task id *as it arrived* plus the attempt number; ids are hex-normalised once, when
 rendering (:meth:`TaskTable.attempts` merges keys that turn out to be the same id
 spelt in two encodings).
 
-Every merge is order independent, fixing the reference's last-event-wins bug
-(server.md §14.3): error info, debugger flag, actor repr name, node id, worker id
-and worker pid each come from the lifecycle event whose latest transition is the
-newest among the events that carried that field, and a missing/null value never
-erases a known one.
+Every merge is order independent, fixing the last-event-wins bug of KubeRay's
+Go history server (whichever event it processes last overwrites): error info,
+debugger flag, actor repr name, node id, worker id and worker pid each come from
+the lifecycle event whose latest transition is the newest among the events that
+carried that field, and a missing/null value never erases a known one.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Probes and metrics: ``/livez``, ``/readz`` (any method, ``ok``, as the reference)
+"""Probes and metrics: ``/livez``, ``/readz`` (any method, ``ok``, as KubeRay's Go history server)
 and ``/metrics`` (Prometheus text format)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The static build ships in the ``ray`` wheel (``ray/dashboard/client/build``); it
 is found without importing ``ray`` (seconds of start-up), or given with
 ``--dashboard-dir`` (the image copies it in). The UI is a hash-routed SPA whose
-requests are relative (``ray-events.md`` §9), so the server only sees ``/``,
+requests are relative to the page (``api/...``, not ``/api/...``), so the server only sees ``/``,
 ``/favicon.ico``, ``/static/...`` and API calls.
 
 The last-resort route ``/<path:path>`` (any method) proxies to a live cluster
@@ -52,7 +52,7 @@ def find_dashboard_build(configured: Path | None = None) -> Path | None:
 
     ``configured`` (``--dashboard-dir``) wins; otherwise the installed ``ray``
     package is located with ``find_spec`` (which does not import it), then the
-    reference's default ``/dashboard`` is tried.
+    default of KubeRay's Go history server, ``/dashboard``, is tried.
     """
     if configured is not None:
         return configured if (configured / "index.html").is_file() else None
@@ -64,7 +64,7 @@ def find_dashboard_build(configured: Path | None = None) -> Path | None:
         build = Path(base) / "dashboard" / "client" / "build"
         if (build / "index.html").is_file():
             return build
-    # Where the reference's --dashboard-dir points by default (an image may copy it there).
+    # Where KubeRay's Go history server's --dashboard-dir points by default (an image may copy it there).
     return REFERENCE_DIR if (REFERENCE_DIR / "index.html").is_file() else None
 
 

@@ -1,4 +1,4 @@
-"""Node ID / session discovery and the dashboard client (collector.md §1.2, §2).
+"""Node ID / session discovery and the dashboard client.
 
 The dashboard is a real HTTP server on loopback serving canned bodies from
 ``ray-samples/api`` (a test double for exact semantics: statuses, headers, auth).
@@ -122,7 +122,7 @@ def test_match_node_skips_dead_foreign_and_empty_entries() -> None:
         alive(DASH_NODE),
         alive(DIR_NODE),
     )
-    assert match_node(body, POD_IP) == DASH_NODE  # first match, like the reference
+    assert match_node(body, POD_IP) == DASH_NODE  # first match, like KubeRay's Go collector
     assert match_node(body, POD_IP, prefer=DIR_NODE) == DIR_NODE  # several raylets behind one IP
 
 

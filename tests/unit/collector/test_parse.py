@@ -1,4 +1,5 @@
-"""Parsing and sorting event batches: grouping as the reference does, bad events
+"""Parsing and sorting event batches: grouping as KubeRay's Go collector
+("the reference") does, bad events
 quarantined instead of failing the batch."""
 
 from __future__ import annotations

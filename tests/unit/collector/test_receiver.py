@@ -1,5 +1,5 @@
 """POST /v1/events over real HTTP on loopback: receiver -> spool -> uploader ->
-local storage, with the reference's keys and every event accounted for."""
+local storage, with the keys of KubeRay's Go collector and every event accounted for."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Session markers and dashboard snapshots (collector.md §4.5, §6, §9 poll_test.go).
+"""Session markers and dashboard snapshots (cases from KubeRay's Go collector, ``poll_test.go``).
 
 Real local storage, a real Ray-shaped temp root, and a real loopback HTTP server
 scripted per URI. Most tests drive ``SnapshotRecorder.tick`` with a fake clock so
@@ -258,7 +258,7 @@ def test_fetch_once_per_session(tmp_path: Path, fake: FakeDashboard) -> None:
     assert fake.hits(TIMEZONE_URI) == 1
     assert fake.hits(SERVE_URI) == 4
 
-    rig.switch_session()  # head container restarted; the reference never re-fetches here
+    rig.switch_session()  # head container restarted; KubeRay's Go collector never re-fetches here
     rig.recorder.tick()
     assert fake.hits(CLUSTER_METADATA_URI) == 2
     assert rig.stored(CLUSTER_METADATA_URI, SESSION_B) is not None

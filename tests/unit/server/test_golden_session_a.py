@@ -99,9 +99,9 @@ ALLOWED: dict[str, dict[str, Allowed]] = {
             )
         },
         "node.now": Allowed("live: the time of the request; stored: the time of the node's last transition"),
-        "node.t": Allowed("the reference's transition-time field; the live head does not send it"),
+        "node.t": Allowed("KubeRay's Go history server's transition-time field; the live head does not send it"),
         "node.workers": RUNTIME_ONLY,
-        "node.actors": Allowed("the reference's placeholder map (actors are served by /nodes/<id>)"),
+        "node.actors": Allowed("KubeRay's Go history server's placeholder map (actors are served by /nodes/<id>)"),
     },
 }
 

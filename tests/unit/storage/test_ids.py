@@ -1,4 +1,5 @@
-"""ID normalisation follows the reference's ConvertBase64ToHex order."""
+"""ID normalisation follows the ConvertBase64ToHex order of KubeRay's Go history server
+("the reference")."""
 
 from __future__ import annotations
 

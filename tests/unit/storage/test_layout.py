@@ -1,4 +1,4 @@
-"""The key layout must be byte-compatible with the reference (collector.md §3)."""
+"""The key layout must be byte-compatible with KubeRay's Go history server ("the reference")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Query checks of /api/v0/logs/file, in the reference's order and wording."""
+"""Query checks of /api/v0/logs/file, in KubeRay's Go history server's order and wording."""
 
 from __future__ import annotations
 

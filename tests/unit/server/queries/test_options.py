@@ -1,4 +1,4 @@
-"""Query-option parsing for the task routes (server.md 9.1, with Ray's stricter keys)."""
+"""Query-option parsing for the task routes (KubeRay's Go history server's, with Ray's stricter keys)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Decoding stored event objects (server.md §6.4): arrays, JSON Lines, gzip, damage."""
+"""Decoding stored event objects: arrays, JSON Lines, gzip, damage."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from tests.unit.server.replay.events import definition, owner
         ("4AKRNGpqk5bx-zXuAgAAAA", "e00291346a6a9396f1fb35ee02000000"),  # URL-safe, unpadded
         ("", ""),
         (None, ""),
-        ("not an id!", "not an id!"),  # kept as given, like the reference
+        ("not an id!", "not an id!"),  # kept as given, like KubeRay's Go history server
     ],
 )
 def test_hex_id(raw: object, expected: str) -> None:

@@ -1,4 +1,4 @@
-"""Ray log events (``logs/events/event_*.log``) for ``/events`` (server.md §6.3)."""
+"""Ray log events (``logs/events/event_*.log``) for ``/events``."""
 
 from __future__ import annotations
 

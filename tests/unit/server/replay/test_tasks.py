@@ -1,4 +1,4 @@
-"""Task-attempt state machine (server.md §7.2) and its order independence."""
+"""Task-attempt state machine and its order independence."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def test_numeric_log_offsets_are_accepted() -> None:
 
 
 def test_every_order_gives_the_same_task_including_error_info() -> None:
-    """The reference lets the last processed event win (server.md §14.3): an early
+    """KubeRay's Go history server lets the last processed event win: an early
     RUNNING processed late erased the error. Here the newest transition wins."""
     failed = owner(
         end="FAILED",

@@ -70,7 +70,7 @@ def test_unknown_job_is_404_json(served: SampleApp) -> None:
 def test_nodes(served: SampleApp) -> None:
     client = served.client()
     summary = get(client, "/nodes?view=summary")
-    assert summary == get(client, "/nodes")  # no view: the summary, as the reference
+    assert summary == get(client, "/nodes")  # no view: the summary, as KubeRay's Go history server
     node_id = summary["data"]["summary"][0]["raylet"]["nodeId"]
     assert summary["data"]["nodeLogicalResources"] == live("nodes_view=summary.json")["data"]["nodeLogicalResources"]
     assert get(client, "/nodes?view=hostnamelist")["data"] == {"hostNameList": ["vm"]}
