@@ -31,7 +31,8 @@ from runtime.common.ray_export import event_export_env
 from runtime.storage.layout import ClusterRef, is_event_file_name
 from tests.integration.emulators.base import REPO_ROOT, free_port, wait_for_port
 
-SAMPLES = REPO_ROOT.parent / "shared" / "ray-samples"
+#: The sample job (tests/fixtures/ray-workloads/SOURCE.md says where it came from).
+SAMPLES = REPO_ROOT / "tests" / "fixtures" / "ray-workloads"
 RAY_BIN = Path(sys.executable).with_name("ray")
 #: Ray's token-auth variables: set by ``RayHead(auth_token=...)`` or ``extra_env``, never inherited.
 AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ENABLE_K8S_TOKEN_AUTH")

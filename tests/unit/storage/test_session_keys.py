@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -35,8 +37,12 @@ clusters = st.builds(
     ClusterRef, namespace=_label, name=_subdomain, owner_kind=_owner_kind, owner_name=_subdomain | st.just("")
 )
 roots = st.sampled_from(["", "root", "a/b", "job_events", "x/node_events/logs"])
-sessions = st.from_regex(
-    r"\Asession_20[0-9]{2}-0[1-9]-[0-2][1-9]_[01][0-9]-[0-5][0-9]-[0-5][0-9]_[0-9]{6}_[0-9]{1,5}\Z"
+# Ray names a session after the moment it started: real calendar times only (a marker's
+# time is what lists sessions, so a name without one cannot be a marker).
+sessions = st.builds(
+    lambda moment, pid: moment.strftime("session_%Y-%m-%d_%H-%M-%S_%f") + f"_{pid}",
+    st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2099, 12, 31)),
+    st.integers(min_value=1, max_value=99999),
 )
 odd_sessions = st.from_regex(r"\A[A-Za-z0-9._-]{1,30}\Z").filter(lambda s: s not in (".", ".."))
 nodes = st.from_regex(r"\A[0-9a-f]{1,56}\Z")
@@ -93,6 +99,12 @@ def test_markers_parse_back(cluster: ClusterRef, session: str, root: str) -> Non
     layout = KeyLayout(root)
     parsed = parse_key(layout, layout.marker_key(cluster, session))
     assert isinstance(parsed, SessionMarker) and (parsed.cluster, parsed.session) == (cluster, session)
+
+
+def test_a_marker_needs_a_real_session_time() -> None:
+    layout = KeyLayout("r")
+    key = layout.marker_key(ClusterRef("ns", "c"), "session_2001-02-29_01-02-03_000004_5")
+    assert parse_key(layout, key) is None  # 29 February 2001 never was: not a session marker
 
 
 @given(nodes, st.none() | jobs, event_names)

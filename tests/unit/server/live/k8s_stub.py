@@ -5,7 +5,7 @@ No API server can run here (no kind, no etcd), so the official ``kubernetes``
 client is pointed at this stub instead: the same HTTP paths, query parameters
 (``labelSelector``, ``limit``, ``continue``), list envelopes and ``Status``
 errors as the real API server, serving RayCluster objects shaped as KubeRay
-writes them (checked against the CRD in ``../shared/schemas/kuberay``).
+writes them (checked against the CRD in ``tests/fixtures/kuberay/crds``).
 """
 
 from __future__ import annotations

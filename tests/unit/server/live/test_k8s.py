@@ -22,7 +22,7 @@ from tests.integration.emulators.base import free_port
 from tests.unit.server.live.k8s_stub import ApiStub, api_stub, raycluster
 from tests.unit.server.live.servers import server_config
 
-CRD = Path(__file__).resolve().parents[4].parent / "shared" / "schemas" / "kuberay" / "ray.io_rayclusters.yaml"
+CRD = Path(__file__).resolve().parents[3] / "fixtures" / "kuberay" / "crds" / "ray.io_rayclusters.yaml"
 
 DEMO = raycluster("raycluster-demo")
 CUSTOM_PORT = raycluster("custom", "team-a", dashboard_port=9265)

@@ -33,7 +33,7 @@ from tests.unit.server.live.k8s_stub import (
 )
 from tests.unit.server.live.servers import Upstream, live_cookies, make_app, serve, server_config, upstream_server
 
-CRD = Path(__file__).resolve().parents[4].parent / "shared" / "schemas" / "kuberay" / "ray.io_rayclusters.yaml"
+CRD = Path(__file__).resolve().parents[3] / "fixtures" / "kuberay" / "crds" / "ray.io_rayclusters.yaml"
 
 TOKEN = "q3J1cnlfZ2VuZXJhdGVkX3Rva2VuX2Zvcl90ZXN0cw=="
 OTHER_TOKEN = "user-provided-token-0123456789"
