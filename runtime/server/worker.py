@@ -108,12 +108,9 @@ class HeadFirstThreadWorker(_GThreadWorker):  # type: ignore[misc]
         return _END_OF_HEAD in buffered + bytes(conn.head or b"")
 
     def _on_head_readable(self, conn: _Conn, _sock: Any) -> None:
-        try:
-            data = conn.sock.recv(65536)
-        except (BlockingIOError, InterruptedError):
+        data = _recv_ready(conn.sock)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data or conn.head is None:  # the client gave up
             self._stop_gathering(conn)
             self._drop(conn)
@@ -158,12 +155,9 @@ class HeadFirstThreadWorker(_GThreadWorker):  # type: ignore[misc]
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_linger_readable, conn))
 
     def _on_linger_readable(self, conn: _Conn, _sock: Any) -> None:
-        try:
-            data = conn.sock.recv(65536)
-        except (BlockingIOError, InterruptedError):
+        data = _recv_ready(conn.sock)
+        if data is None:
             return
-        except OSError:
-            data = b""
         conn.drained += len(data)
         if not data or conn.drained >= LINGER_MAX_BYTES:
             self._end_linger(conn)
@@ -207,3 +201,14 @@ class HeadFirstThreadWorker(_GThreadWorker):  # type: ignore[misc]
         except TimeoutError:
             self.log.info("closing a connection from %s: no progress within %gs", conn.client, IO_TIMEOUT)
             return False
+
+
+def _recv_ready(sock: Any) -> bytes | None:
+    """What a readable socket holds: None for a spurious wake-up, ``b""`` for end or error."""
+    try:
+        data: bytes = sock.recv(65536)
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError:
+        return b""
+    return data

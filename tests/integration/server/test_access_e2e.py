@@ -33,7 +33,7 @@ from runtime.storage.config import StorageConfig, open_store
 from runtime.storage.layout import ClusterRef, KeyLayout
 from tests.integration.emulators.base import REPO_ROOT
 from tests.integration.server.harness import HistoryServerProcess
-from tests.integration.server.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.support.chromium import chromium_page
 from tests.support.k8s_auth_stub import AuthApiStub, auth_api_stub
 from tests.support.oidc_provider import CLIENT_ID, CLIENT_SECRET, MockOidcProvider, mock_oidc_provider
 from tests.support.sample_session import RUN_B, StoredSample, write_sample_session
@@ -114,19 +114,9 @@ def browser_server(stored: Stored, provider: MockOidcProvider) -> Iterator[Histo
 
 @pytest.fixture
 def page() -> Iterator[Any]:
-    if CHROMIUM is None:
-        pytest.skip("Debian chromium is not installed (make test installs it: apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        opened = context.new_page()
-        opened.set_default_timeout(TIMEOUT * 1000)
+    with chromium_page(ARTIFACTS, TIMEOUT * 1000, {"width": 1400, "height": 1000}) as opened:
         opened.set_default_navigation_timeout(TIMEOUT * 1000)
         yield opened
-        browser.close()
 
 
 def _cookies(page: Any) -> dict[str, str]:

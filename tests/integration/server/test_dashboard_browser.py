@@ -6,7 +6,6 @@ worker's log and the cluster page. Screenshots are kept as test artifacts
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,22 +15,12 @@ from runtime.storage.config import StorageConfig, open_store
 from runtime.storage.layout import KeyLayout
 from tests.integration.emulators.base import REPO_ROOT
 from tests.integration.server.harness import HistoryServerProcess
+from tests.support.chromium import chromium_page
 from tests.support.sample_session import StoredSample, write_sample_session
 
 pytestmark = pytest.mark.integration
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(os.environ.get("ARTIFACTS_DIR", REPO_ROOT / ".test-artifacts")) / "dashboard"
-#: The flags a sandboxed root container needs, and no calls to Google's services.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 WORKER_LOG = "worker-9072bffb047803924596bf8c6710e1f48c25899f83e6a4781d136078-02000000-10258.out"
 
 
@@ -51,24 +40,14 @@ def server(stored: tuple[Path, StoredSample]) -> Iterator[HistoryServerProcess]:
 
 @pytest.fixture(scope="module")
 def browser_page(server: HistoryServerProcess) -> Iterator[object]:
-    if CHROMIUM is None:
-        pytest.skip("Debian chromium is not installed (make test installs it: apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        page = context.new_page()
-        page.set_default_timeout(30_000)
+    with chromium_page(ARTIFACTS, 30_000, {"width": 1400, "height": 1000}) as page:
         failures: list[str] = []
         page.on(
             "response",
             lambda r: failures.append(f"{r.status} {r.url}") if r.status >= 500 and _unexpected(r.url) else None,
         )
-        page.failures = failures  # type: ignore[attr-defined]
+        page.failures = failures
         yield page
-        browser.close()
 
 
 def _unexpected(url: str) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.integration.emulators.base import REPO_ROOT
-from tests.integration.server.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.support.chromium import chromium_page
 from tests.support.oidc_provider import MockOidcProvider, ServedApp, mock_oidc_provider, serve_gated_app
 
 pytestmark = pytest.mark.integration
@@ -38,18 +38,8 @@ def app(provider: MockOidcProvider, tmp_path: Path) -> Iterator[ServedApp]:
 
 @pytest.fixture
 def page() -> Iterator[Any]:
-    if CHROMIUM is None:
-        pytest.skip("Debian chromium is not installed (make test installs it: apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        context = browser.new_context()
-        opened = context.new_page()
-        opened.set_default_timeout(20_000)
+    with chromium_page(ARTIFACTS, 20_000) as opened:
         yield opened
-        browser.close()
 
 
 def _login_cookie(page: Any) -> dict[str, Any] | None:
