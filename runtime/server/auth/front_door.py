@@ -262,7 +262,7 @@ class AlbAuthenticator:
         header, claims, signing_input, signature = self._parse(token)
         if header.get("alg") != "ES256":
             raise _refused(ALB_HEADER, "only ES256 is accepted")
-        if header.get("signer") != self.settings.alb_arn:
+        if not self.settings.alb_signer_matches(header.get("signer")):
             raise _refused(ALB_HEADER, "signed for another load balancer")
         kid = header.get("kid")
         if not isinstance(kid, str) or not _KID.fullmatch(kid):

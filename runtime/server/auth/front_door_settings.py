@@ -17,7 +17,12 @@ IAP_JWKS_URL = "https://www.gstatic.com/iap/verify/public_key-jwk"
 ALB_KEY_URL = "https://public-keys.auth.elb.{region}.amazonaws.com/{kid}"
 
 _IAP_AUDIENCE = re.compile(r"/projects/\d+/(global/backendServices/\d+|apps/[a-z][a-z0-9:.-]*)")
-_ALB_ARN = re.compile(r"arn:(aws[a-z-]*):elasticloadbalancing:([a-z0-9-]+):\d{12}:loadbalancer/app/[\w-]+/[0-9a-f]+")
+#: The id may be ``*``: a name is unique per account and region, and the id exists only once
+#: the ingress controller has made the load balancer, after the deploy that configures the server.
+_ALB_ARN = re.compile(
+    r"arn:(aws[a-z-]*):elasticloadbalancing:([a-z0-9-]+):\d{12}:loadbalancer/app/[\w-]+/([0-9a-f]+|\*)"
+)
+_ALB_ID = re.compile(r"[0-9a-f]+")
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
 
 
@@ -44,6 +49,15 @@ class FrontDoorSettings:
     iap_jwks_url: str = IAP_JWKS_URL
     alb_key_url: str = ALB_KEY_URL
     refresh_seconds: float = 30.0
+
+    def alb_signer_matches(self, signer: object) -> bool:
+        """Is ``signer`` (an ALB token's header) our load balancer? ``.../NAME/*`` pins the name only."""
+        if not isinstance(signer, str) or not self.alb_arn:
+            return False
+        if not self.alb_arn.endswith("/*"):
+            return signer == self.alb_arn
+        prefix = self.alb_arn[:-1]
+        return signer.startswith(prefix) and _ALB_ID.fullmatch(signer[len(prefix) :]) is not None
 
 
 def _check_url(flag: str, url: str) -> None:
@@ -124,7 +138,7 @@ def _parse_alb(
     if not matched:
         raise ValueError(
             f"--alb-arn: {arn!r} is not an Application Load Balancer ARN (required with --trusted-header alb):"
-            " arn:aws:elasticloadbalancing:REGION:ACCOUNT:loadbalancer/app/NAME/ID"
+            " arn:aws:elasticloadbalancing:REGION:ACCOUNT:loadbalancer/app/NAME/ID (ID may be *)"
         )
     partition, region = matched.group(1), matched.group(2)
     if region_flag and region_flag.strip() != region:

@@ -395,6 +395,37 @@ def test_alb_key_server_serving_garbage_is_503(keys: tuple[KeyServer, ThreadingH
         assert _call(url, {"x-amzn-oidc-data": alb_token(key)}).status_code == 503
 
 
+@pytest.mark.hostile
+@pytest.mark.parametrize(
+    ("signer", "status"),
+    [
+        (ARN, 200),  # the load balancer named "history", whatever id AWS gave it
+        (ARN.replace("50dc6c495c0c9188", "0123456789abcdef"), 200),  # recreated: a new id, same name
+        (OTHER_ARN, 401),  # another name
+        (ARN.replace("app/history/", "app/history-evil/"), 401),  # a name that starts with ours
+        (ARN.replace(":123456789012:", ":210987654321:"), 401),  # the same name in another account
+        (ARN.replace("eu-west-1", "eu-west-2"), 401),  # or region
+        (ARN + "/x", 401),
+        (ARN.rpartition("/")[0] + "/", 401),  # no id at all
+    ],
+)
+def test_alb_arn_with_any_id_pins_the_name(
+    keys: tuple[KeyServer, ThreadingHTTPServer], signer: str, status: int
+) -> None:
+    """``--alb-arn .../app/NAME/*``: the id exists only after the controller made the ALB (the deploy
+    that configures the server comes first); a name is unique per account and region, so the
+    name, account, region and partition are still pinned."""
+    state, _ = keys
+    key = _new_key()
+    state.pems = {ALB_KID: _pem(key)}
+    pinned = ARN.rpartition("/")[0] + "/*"
+    settings = parse_front_door("alb", alb_arn=pinned, alb_key_url=state.alb_url)
+    assert settings is not None and settings.alb_region == "eu-west-1"
+    with app_for(settings) as url:
+        answer = _call(url, {"x-amzn-oidc-data": alb_token(key, signer=signer)})
+    assert answer.status_code == status, answer.text
+
+
 # --- wiring and flags ------------------------------------------------------------------
 
 
@@ -416,6 +447,8 @@ def test_alb_region_comes_from_the_arn() -> None:
         ("iap", {"iap_audience": AUDIENCE, "iap_jwks_url": "http://keys.example.com/jwks"}, "--iap-jwks-url"),
         ("alb", {}, "--alb-arn"),
         ("alb", {"alb_arn": "arn:aws:s3:::bucket"}, "--alb-arn"),
+        ("alb", {"alb_arn": ARN.rpartition("/")[0] + "/5*"}, "--alb-arn"),  # * stands for the whole id only
+        ("alb", {"alb_arn": ARN.replace("app/history/", "app/*/")}, "--alb-arn"),
         ("alb", {"alb_arn": ARN, "alb_region": "us-east-1"}, "--alb-region"),
         ("alb", {"alb_arn": ARN, "alb_key_url": "https://keys.example.com/"}, "--alb-key-url"),
         ("alb", {"alb_arn": ARN.replace("arn:aws:", "arn:aws-us-gov:")}, "--alb-key-url: required"),
