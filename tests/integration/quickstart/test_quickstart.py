@@ -30,6 +30,7 @@ import requests
 from runtime.quickstart.sample_job import FAILURE_MESSAGE
 from tests.integration.emulators.base import REPO_ROOT, free_port
 from tests.integration.ray_harness import ray_available
+from tests.support.signals import with_default_sigint
 
 pytestmark = [
     pytest.mark.integration,
@@ -68,9 +69,10 @@ class QuickstartRun:
             "--ray-start-timeout=300", "--job-timeout=400",
             *self.extra,
         ]  # fmt: skip
+        # with_default_sigint: the Ctrl-C tests also work under `make test &`.
         self.proc = subprocess.Popen(
-            cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            with_default_sigint(cmd), cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            bufsize=1, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
         threading.Thread(target=self._read, daemon=True).start()
         return self

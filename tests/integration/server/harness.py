@@ -13,6 +13,7 @@ from types import TracebackType
 import requests
 
 from tests.integration.emulators.base import REPO_ROOT, free_port
+from tests.support.signals import with_default_sigint
 
 
 class HistoryServerProcess:
@@ -39,8 +40,10 @@ class HistoryServerProcess:
     def start(self, timeout: float = 60.0) -> HistoryServerProcess:
         log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            self.args, cwd=REPO_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+            # test_sigint_also_stops: Ctrl-C as from a terminal, also under `make test &`
+            with_default_sigint(self.args), cwd=REPO_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -52,11 +52,6 @@ def server(stored: tuple[Path, StoredSample], upstream: Upstream) -> Iterator[Hi
         yield proc
 
 
-def _route_exists(server: HistoryServerProcess, path: str) -> bool:
-    answer = requests.get(f"{server.url}{path}", timeout=60)
-    return not (answer.status_code == 404 and "no such route" in answer.text)
-
-
 def test_probes(server: HistoryServerProcess) -> None:
     for path in ("/readz", "/livez"):
         for method in ("GET", "POST"):
@@ -82,15 +77,12 @@ def test_ui(server: HistoryServerProcess, stored: tuple[Path, StoredSample]) -> 
     assert script is not None
     asset = requests.get(f"{server.url}/{script.group(1)}", timeout=10)
     assert asset.status_code == 200 and "immutable" in asset.headers["Cache-Control"]
-    if _route_exists(server, "/select_cluster"):
-        first = requests.get(f"{server.url}/", allow_redirects=False, timeout=10)
-        assert first.status_code == 302 and first.headers["Location"] == "select_cluster"
+    first = requests.get(f"{server.url}/", allow_redirects=False, timeout=10)  # no cluster chosen: the picker
+    assert first.status_code == 302 and first.headers["Location"] == "select_cluster"
 
 
 def test_stored_session(server: HistoryServerProcess, stored: tuple[Path, StoredSample]) -> None:
     _, sample = stored
-    if not _route_exists(server, "/clusters"):
-        pytest.skip("the /clusters view is not implemented yet")
     clusters = requests.get(f"{server.url}/clusters", timeout=30).json()
     assert clusters[0]["name"] == LIVE and clusters[0]["sessionName"] == "live"  # live entries first
     assert any(c["sessionName"] == sample.session for c in clusters)
@@ -103,12 +95,8 @@ def test_stored_session(server: HistoryServerProcess, stored: tuple[Path, Stored
 
 def _live_client(server: HistoryServerProcess) -> requests.Session:
     client = requests.Session()
-    if _route_exists(server, "/clusters"):
-        entered = client.get(f"{server.url}/enter_cluster/default/raycluster/{LIVE}", timeout=30)
-        assert entered.status_code == 200 and entered.json()["session"] == "live", entered.text
-    else:
-        for name, value in {"cluster_name": LIVE, "cluster_namespace": "default", "session_name": "live"}.items():
-            client.cookies.set(name, value)
+    entered = client.get(f"{server.url}/enter_cluster/default/raycluster/{LIVE}", timeout=30)
+    assert entered.status_code == 200 and entered.json()["session"] == "live", entered.text
     return client
 
 
