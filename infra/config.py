@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from infra.config_access import default_access, read_access
+from infra.config_access import default_access, read_access, resolve_ingress
 from infra.config_model import (
     DEFAULT_KUBERAY_VERSION,
     AwsSettings,
@@ -369,6 +369,7 @@ def parse_config(raw: Mapping[str, object]) -> StackConfig:
     _check_cluster_source(config)
     _check_cluster_name(config)
     _check_namespaces(config)
+    resolve_ingress(config.access, config.cloud)
     _check_image_pull(config)
     if config.images.build and not config.images.registry and config.cloud == "kind":
         # On the clouds the stack creates a registry; kind needs the local one.

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import re
 
-from infra.components.history_server import HistoryServerIngress
+from infra.components.cloud_ingress import FLAVOURS, AlbOidc, HistoryServerIngress
 from infra.components.server_access import AUTH_MODES, AUTHZ_MODES, FrontDoor, OidcClient, ServerAccess
 from infra.config_values import ConfigError, _key, _Section
 
+#: The ingress flavour a stack on each cloud gets unless it names another.
+CLOUD_FLAVOURS = {"gcp": "gke", "aws": "alb", "azure": "app-routing"}
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -79,7 +81,7 @@ def read_access(s: _Section) -> ServerAccess:
 
 
 def read_ingress(parent: _Section) -> HistoryServerIngress | None:
-    """``access.ingress``: host (required), className, tlsSecretName, annotations."""
+    """``access.ingress``: host (required), flavour and its keys (see :func:`resolve_ingress`)."""
     s = parent.section("ingress")
     if s is None:
         return None
@@ -91,12 +93,84 @@ def read_ingress(parent: _Section) -> HistoryServerIngress | None:
         raise ConfigError(f"{_key('access.ingress.annotations')} must map names to strings")
     ingress = HistoryServerIngress(
         host=host,
+        # "" = the cloud's own, decided by resolve_ingress once the cloud is known.
+        flavour=s.choice("flavour", ("", *FLAVOURS), ""),
         class_name=s.get("className", str, "") or None,
         tls_secret_name=s.get("tlsSecretName", str, "") or None,
         annotations=dict(annotations),
+        static_ip_name=s.get("staticIpName", str, "") or None,
+        iap_oauth_secret_name=s.get("iapOauthSecretName", str, "") or None,
+        certificate_arn=s.get("certificateArn", str, "") or None,
+        scheme=s.choice("scheme", ("internet-facing", "internal"), "internet-facing"),
+        load_balancer_name=s.get("loadBalancerName", str, "ray-history"),
+        alb_oidc=_alb_oidc(s),
+        key_vault_certificate_uri=s.get("keyVaultCertificateUri", str, "") or None,
     )
     s.reject_unknown()
     return ingress
+
+
+def resolve_ingress(access: ServerAccess, cloud: str) -> None:
+    """Settle ``access.ingress.flavour`` for ``cloud`` and check the front door against it.
+
+    Without ``flavour`` the cloud's own controller is used (GKE Ingress, AWS Load Balancer
+    Controller, AKS application routing), unless ``className`` names another one (generic).
+    """
+    ingress = access.ingress
+    if ingress is not None:
+        if not ingress.flavour:
+            ingress.flavour = "generic" if ingress.class_name else CLOUD_FLAVOURS.get(cloud, "generic")
+        home = {flavour: home_cloud for home_cloud, flavour in CLOUD_FLAVOURS.items()}.get(ingress.flavour)
+        if home is not None and home != cloud:
+            raise ConfigError(
+                f"{_key('access.ingress.flavour')} {ingress.flavour} needs cloud {home} (this is {cloud})"
+            )
+        ingress.iap = access.front_door is not None and access.front_door.kind == "iap" and ingress.flavour == "gke"
+        try:
+            ingress.validate()
+        except ValueError as error:
+            raise ConfigError(f"{_key('access')}: {error}") from None
+    door = access.front_door
+    if door is None or door.ready:
+        return
+    flavour = ingress.flavour if ingress is not None else ""
+    if door.kind == "alb" and flavour != "alb":
+        raise ConfigError(
+            f"{_key('access.trustedHeader.albArn')} is required with kind alb unless access.ingress makes the ALB"
+        )
+    if door.kind == "iap" and flavour != "gke":
+        raise ConfigError(
+            f"{_key('access.trustedHeader.iapAudience')} is required with kind iap unless access.ingress makes"
+            " the GKE load balancer"
+        )
+    if not access.active_modes:
+        raise ConfigError(
+            f"{_key('access.auth')}: trusted-header alone needs access.trustedHeader.iapAudience; list another"
+            " mode (kubernetes) for the first deploy, before the load balancer's backend service exists"
+        )
+
+
+def _alb_oidc(parent: _Section) -> AlbOidc | None:
+    s = parent.section("albOidc")
+    if s is None:
+        return None
+    why = "with access.ingress.albOidc (the identity provider's discovery document lists it)"
+    oidc = AlbOidc(
+        issuer=s.require("issuer", str, why),
+        authorization_endpoint=s.require("authorizationEndpoint", str, why),
+        token_endpoint=s.require("tokenEndpoint", str, why),
+        user_info_endpoint=s.require("userInfoEndpoint", str, why),
+        secret_name=s.require("secretName", str, "with access.ingress.albOidc (keys clientID, clientSecret)"),
+        scope=s.get("scope", str, "openid email profile"),
+    )
+    s.reject_unknown()
+    for key in ("issuer", "authorizationEndpoint", "tokenEndpoint", "userInfoEndpoint"):
+        url = getattr(oidc, re.sub(r"[A-Z]", lambda m: "_" + m.group().lower(), key))
+        if not url.startswith("https://"):
+            raise ConfigError(f"{_key('access.ingress.albOidc.' + key)} must be an https:// URL (got {url!r})")
+    if not _NAME.match(oidc.secret_name):
+        raise ConfigError(f"{_key('access.ingress.albOidc.secretName')} must be a Secret name")
+    return oidc
 
 
 def _oidc(parent: _Section) -> OidcClient | None:
@@ -131,8 +205,7 @@ def _front_door(parent: _Section) -> FrontDoor | None:
         alb_arn=s.get("albArn", str, ""),
     )
     s.reject_unknown()
-    if door.kind == "iap" and not door.iap_audience:
-        raise ConfigError(f"{_key('access.trustedHeader.iapAudience')} is required with kind iap")
-    if door.kind == "alb" and not door.alb_arn.startswith("arn:"):
-        raise ConfigError(f"{_key('access.trustedHeader.albArn')} is required with kind alb (the ALB's ARN)")
+    # Either may be left out when access.ingress makes the load balancer (resolve_ingress).
+    if door.kind == "alb" and door.alb_arn and not door.alb_arn.startswith("arn:"):
+        raise ConfigError(f"{_key('access.trustedHeader.albArn')} must be the ALB's ARN (got {door.alb_arn!r})")
     return door

@@ -146,6 +146,7 @@ def created_cluster(config: StackConfig, on_cloud: pulumi.ResourceOptions) -> Cl
                 node_vm_size=settings.machine_type or "Standard_D4s_v5",
                 node_count=settings.node_count,
                 kubernetes_version=settings.kubernetes_version or None,
+                app_routing=config.access.ingress is not None and config.access.ingress.flavour == "app-routing",
             ),
             opts=on_cloud,
         )
@@ -327,3 +328,35 @@ def build_images(
         "images", args, opts=pulumi.ResourceOptions(providers=providers, depends_on=list(depends_on))
     )
     return Images(collector=images.collector_image, server=images.server_image), [images]
+
+
+def settle_front_door(config: StackConfig, cloud: pulumi.ProviderResource | None) -> None:
+    """Fill in what only the deploy knows about the front door (``access.trustedHeader``).
+
+    ALB: the ARN of the load balancer the Ingress makes, name pinned and id open
+    (``arn:PARTITION:elasticloadbalancing:REGION:ACCOUNT:loadbalancer/app/NAME/*``): the id
+    exists only after the controller has made it. IAP: the audience names the backend service
+    GKE creates for the Ingress; until it is configured the server does not accept IAP's header.
+    """
+    door, ingress = config.access.front_door, config.access.ingress
+    if door is None or door.ready or ingress is None:
+        return
+    if door.kind == "alb" and config.aws is not None:
+        import pulumi_aws as aws
+
+        invoke = pulumi.InvokeOutputOptions(provider=cloud)
+        partition = aws.get_partition_output(opts=invoke).partition
+        account = aws.get_caller_identity_output(opts=invoke).account_id
+        region = config.aws.region
+        name = ingress.load_balancer_name
+        door.alb_arn = pulumi.Output.concat(
+            "arn:", partition, ":elasticloadbalancing:", region, ":", account, ":loadbalancer/app/", name, "/*"
+        )
+    elif door.kind == "iap":
+        pulumi.log.warn(
+            "access.trustedHeader: IAP is enabled on the load balancer, but the server accepts IAP's identity only"
+            " once access.trustedHeader.iapAudience is set to /projects/NUMBER/global/backendServices/ID of the"
+            f" backend service GKE creates for {config.namespace}/historyserver (gcloud compute backend-services"
+            f" list --filter='description~{config.namespace}/historyserver' --format='value(id)'); until then IAP"
+            " users get 401"
+        )

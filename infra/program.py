@@ -22,7 +22,7 @@ from infra.components.server_access import ray_token_reader_roles
 from infra.components.workloads import RayWorkloadAccounts, RayWorkloadAccountsArgs
 from infra.config import StackConfig, load_config
 from infra.outputs import collector_options_output
-from infra.platform import Cluster, build_images, cluster_for, gcp_services, storage_for
+from infra.platform import Cluster, build_images, cluster_for, gcp_services, settle_front_door, storage_for
 from infra.providers import cloud_provider, kubernetes_provider
 
 
@@ -143,6 +143,7 @@ def deploy(config: StackConfig | None = None) -> Deployment:
             ),
             opts=on_k8s,
         )
+    settle_front_door(config, cloud)
     history_server = HistoryServerK8s(
         "history",
         HistoryServerArgs(

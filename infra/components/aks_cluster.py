@@ -30,6 +30,8 @@ class AksClusterArgs:
         node_vm_size / node_count: the system node pool.
         kubernetes_version: None = AKS default.
         tags: tags on the cluster.
+        app_routing: enable the application routing add-on (managed NGINX, class
+            ``webapprouting.kubernetes.azure.com``): the history server's Ingress needs it.
     """
 
     resource_group_name: pulumi.Input[str]
@@ -39,6 +41,7 @@ class AksClusterArgs:
     node_count: int = 2
     kubernetes_version: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    app_routing: bool = False
 
     def __post_init__(self) -> None:
         if self.cluster_name is not None and not AKS_NAME.match(self.cluster_name):
@@ -92,6 +95,11 @@ class AksCluster(pulumi.ComponentResource):
             security_profile=cs.ManagedClusterSecurityProfileArgs(
                 workload_identity=cs.ManagedClusterSecurityProfileWorkloadIdentityArgs(enabled=True)
             ),
+            ingress_profile=cs.ManagedClusterIngressProfileArgs(
+                web_app_routing=cs.ManagedClusterIngressProfileWebAppRoutingArgs(enabled=True)
+            )
+            if args.app_routing
+            else None,
             tags=args.tags or None,
             opts=pulumi.ResourceOptions(parent=self),
         )

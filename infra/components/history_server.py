@@ -12,13 +12,15 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from infra.components import server_exposure
+from infra.components.cloud_ingress import HistoryServerIngress, plan_ingress
 from infra.components.contracts import SERVER_SERVICE_ACCOUNT, StorageWiring
 from infra.components.server_access import REVIEW_RULES, ServerAccess
 from runtime.common.quantities import parse_quantity
 
 SERVICE_NAME = "historyserver"
 #: The ConfigMap holding the ``static`` authorization policy.
-POLICY_CONFIG_MAP = "historyserver-authz-policy"
+POLICY_CONFIG_MAP = server_exposure.POLICY_CONFIG_MAP
 SERVICE_PORT = 30080  # as upstream's manifests and the GKE guide
 CONTAINER_PORT = 8080
 CACHE_DIR = "/var/cache/historyserver"
@@ -54,23 +56,6 @@ def quantity_bytes(text: str, parameter: str) -> int:
     if value <= 0:
         raise ValueError(f"{parameter}: {text!r} is not a size like 20Gi or 500Mi")
     return value
-
-
-@dataclass
-class HistoryServerIngress:
-    """An Ingress in front of the Service.
-
-    Attributes:
-        host: DNS name (required).
-        class_name: ``ingressClassName`` (e.g. ``nginx``, ``gce``); None = cluster default.
-        tls_secret_name: Secret with the certificate; None = plain HTTP.
-        annotations: controller-specific annotations.
-    """
-
-    host: str
-    class_name: str | None = None
-    tls_secret_name: str | None = None
-    annotations: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -131,8 +116,8 @@ class HistoryServerArgs:
                 raise ValueError(f"resources: '{part}' is required")
         if self.wiring.backend not in ("gcs", "s3", "azureblob", "local"):
             raise ValueError(f"wiring.backend: {self.wiring.backend!r} is not gcs, s3, azureblob or local")
-        if self.ingress is not None and not self.ingress.host.strip():
-            raise ValueError("ingress.host: required when an ingress is requested")
+        if self.ingress is not None:
+            self.ingress.validate()
         if self.access is not None:
             self.access.validate()
 
@@ -155,7 +140,7 @@ class HistoryServerArgs:
         }
         return {"name": "cache", "ephemeral": {"volume_claim_template": {"spec": claim}}}
 
-    def server_args(self) -> list[str]:
+    def server_args(self) -> list[Any]:
         cache_max = int(quantity_bytes(self.cache_size_limit, "cache_size_limit") * CACHE_FILL_RATIO) // 2**20
         return [
             f"--storage-backend={self.wiring.backend}",
@@ -166,7 +151,7 @@ class HistoryServerArgs:
             f"--cache-max-size={cache_max}Mi",
             f"--dashboard-dir={DASHBOARD_DIR}",
             # Behind a TLS ingress the browser sees HTTPS: cookies may be Secure.
-            *(["--secure-cookies"] if self.ingress is not None and self.ingress.tls_secret_name else []),
+            *(["--secure-cookies"] if self.ingress is not None and self.ingress.https else []),
             # The server answers only Host names it knows (DNS rebinding): add the Ingress's.
             *([f"--allowed-hosts={self.ingress.host}"] if self.ingress is not None else []),
             *(self.access.server_args() if self.access is not None else []),
@@ -270,7 +255,23 @@ class HistoryServerK8s(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[role, account]),
         )
 
-        access_objects = self._access_objects(name, args, ns, labels, in_ns)
+        plan = (
+            plan_ingress(args.ingress, name=SERVICE_NAME, namespace=ns, port=CONTAINER_PORT)
+            if args.ingress is not None
+            else None
+        )
+        access_objects = server_exposure.access_objects(
+            name,
+            args.access,
+            plan,
+            service_name=SERVICE_NAME,
+            port=CONTAINER_PORT,
+            namespace=ns,
+            labels=labels,
+            opts=in_ns,
+        )
+        # The Service and the Ingress name these: the controller rejects what it cannot find yet.
+        door = server_exposure.front_door_objects(name, plan, labels=labels, opts=in_ns) if plan else []
         env = pulumi.Output.all(
             pulumi.Output.from_input(args.wiring.env), pulumi.Output.from_input(args.wiring.server.env)
         ).apply(lambda parts: container_env(dict(parts[0] or {}), dict(parts[1] or {}), args.wiring.secret_env))
@@ -293,16 +294,31 @@ class HistoryServerK8s(pulumi.ComponentResource):
         )
         service = k8s.core.v1.Service(
             f"{name}-service",
-            metadata={"name": SERVICE_NAME, "namespace": ns, "labels": labels},
+            metadata={
+                "name": SERVICE_NAME,
+                "namespace": ns,
+                "labels": labels,
+                "annotations": plan.service_annotations if plan else {},
+            },
             spec={
                 "type": "ClusterIP",
                 "selector": labels,
                 "ports": [{"name": "http", "protocol": "TCP", "port": SERVICE_PORT, "target_port": CONTAINER_PORT}],
             },
-            opts=in_ns,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*depends, *door]),
         )
-        if args.ingress is not None:
-            self._ingress(name, args.ingress, ns, labels, service)
+        if args.ingress is not None and plan is not None:
+            server_exposure.ingress(
+                name,
+                args.ingress,
+                plan,
+                service_name=SERVICE_NAME,
+                service_port=SERVICE_PORT,
+                namespace=ns,
+                labels=labels,
+                parent=self,
+                depends_on=[service, *door],
+            )
 
         self.namespace = pulumi.Output.from_input(ns)
         self.service_account_name = account.metadata.apply(lambda m: m.name)
@@ -375,61 +391,3 @@ class HistoryServerK8s(pulumi.ComponentResource):
                 *access_volumes,
             ],
         }
-
-    def _access_objects(
-        self, name: str, args: HistoryServerArgs, ns: str, labels: dict[str, str], in_ns: pulumi.ResourceOptions
-    ) -> list[pulumi.Resource]:
-        """The ``static`` policy's ConfigMap and the NetworkPolicy of ``access.ingress_from``."""
-        made: list[pulumi.Resource] = []
-        access = args.access
-        if access is None:
-            return made
-        if access.authz == "static":
-            made.append(
-                k8s.core.v1.ConfigMap(
-                    f"{name}-authz-policy",
-                    metadata={"name": POLICY_CONFIG_MAP, "namespace": ns, "labels": labels},
-                    data={"policy.yaml": access.policy},
-                    opts=in_ns,
-                )
-            )
-        if access.ingress_from:
-            made.append(
-                k8s.networking.v1.NetworkPolicy(
-                    f"{name}-ingress-from",
-                    metadata={"name": f"{SERVICE_NAME}-ingress", "namespace": ns, "labels": labels},
-                    spec=access.network_policy_spec(labels, CONTAINER_PORT),
-                    opts=in_ns,
-                )
-            )
-        return made
-
-    def _ingress(
-        self, name: str, ingress: HistoryServerIngress, ns: str, labels: dict[str, str], service: k8s.core.v1.Service
-    ) -> None:
-        spec: dict[str, Any] = {
-            "rules": [
-                {
-                    "host": ingress.host,
-                    "http": {
-                        "paths": [
-                            {
-                                "path": "/",
-                                "path_type": "Prefix",
-                                "backend": {"service": {"name": SERVICE_NAME, "port": {"number": SERVICE_PORT}}},
-                            }
-                        ]
-                    },
-                }
-            ]
-        }
-        if ingress.class_name:
-            spec["ingress_class_name"] = ingress.class_name
-        if ingress.tls_secret_name:
-            spec["tls"] = [{"hosts": [ingress.host], "secret_name": ingress.tls_secret_name}]
-        k8s.networking.v1.Ingress(
-            f"{name}-ingress",
-            metadata={"name": SERVICE_NAME, "namespace": ns, "labels": labels, "annotations": ingress.annotations},
-            spec=spec,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[service]),
-        )

@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pulumi
+
 if TYPE_CHECKING:
-    from infra.components.history_server import HistoryServerIngress
+    from infra.components.cloud_ingress import HistoryServerIngress
 
 POLICY_DIR = "/etc/ray-history/policy"
 OIDC_SECRET_DIR = "/var/run/secrets/ray-history/oidc"  # noqa: S105 - a mount path
@@ -48,11 +50,21 @@ class OidcClient:
 
 @dataclass
 class FrontDoor:
-    """``trusted-header``: ``iap`` (GKE, with ``iap_audience``) or ``alb`` (AWS, with ``alb_arn``)."""
+    """``trusted-header``: ``iap`` (GKE, with ``iap_audience``) or ``alb`` (AWS, with ``alb_arn``).
+
+    ``alb_arn`` may be an Output: the program derives ``.../app/NAME/*`` for the ALB its Ingress
+    makes. An IAP audience names a backend service that exists only after the first deploy;
+    until it is set the server runs without ``trusted-header`` (IAP users get 401: fail closed).
+    """
 
     kind: str
     iap_audience: str = ""
-    alb_arn: str = ""
+    alb_arn: Any = ""
+
+    @property
+    def ready(self) -> bool:
+        """The server can verify this front door's tokens."""
+        return bool(self.iap_audience) if self.kind == "iap" else bool(self.alb_arn)
 
 
 @dataclass
@@ -114,9 +126,9 @@ class ServerAccess:
     def uses_kubernetes(self) -> bool:
         return "kubernetes" in self.modes or self.authz == "kubernetes"
 
-    def server_args(self) -> list[str]:
-        """The server's access-control flags."""
-        args = [f"--auth={','.join(self.modes)}", f"--authz={self.authz}"]
+    def server_args(self) -> list[Any]:
+        """The server's access-control flags (strings; an Output for a derived ALB ARN)."""
+        args: list[Any] = [f"--auth={','.join(self.active_modes)}", f"--authz={self.authz}"]
         if self.uses_kubernetes:
             args.append("--kubernetes=in-cluster")  # reviews go to the API server the pod runs under
         if self.authz_resource:
@@ -131,13 +143,23 @@ class ServerAccess:
                 f"--oidc-redirect-url={self.oidc.redirect_url}",
                 f"--oidc-groups-claim={self.oidc.groups_claim}",
             ]
-        if self.front_door is not None:
-            args.append(f"--trusted-header={self.front_door.kind}")
-            if self.front_door.kind == "iap":
-                args.append(f"--iap-audience={self.front_door.iap_audience}")
+        door = self.front_door
+        if door is not None and door.ready:
+            args.append(f"--trusted-header={door.kind}")
+            if door.kind == "iap":
+                args.append(f"--iap-audience={door.iap_audience}")
+            elif isinstance(door.alb_arn, str):
+                args.append(f"--alb-arn={door.alb_arn}")
             else:
-                args.append(f"--alb-arn={self.front_door.alb_arn}")
+                args.append(pulumi.Output.concat("--alb-arn=", door.alb_arn))
         return args
+
+    @property
+    def active_modes(self) -> tuple[str, ...]:
+        """``modes`` without ``trusted-header`` while its front door cannot be verified yet."""
+        if self.front_door is not None and not self.front_door.ready:
+            return tuple(mode for mode in self.modes if mode != "trusted-header")
+        return self.modes
 
     def volumes(self, policy_config_map: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """``(volumes, volume_mounts)`` for the policy ConfigMap and the OIDC client Secret."""
@@ -155,12 +177,21 @@ class ServerAccess:
             mounts.append({"name": "oidc-client", "mount_path": OIDC_SECRET_DIR, "read_only": True})
         return volumes, mounts
 
-    def network_policy_spec(self, pod_labels: dict[str, str], port: int) -> dict[str, Any]:
-        """Ingress to the server's port only from pods of ``ingress_from`` namespaces."""
-        sources = [
+    def network_policy_spec(
+        self,
+        pod_labels: dict[str, str],
+        port: int,
+        extra_namespaces: tuple[str, ...] = (),
+        extra_cidrs: tuple[str, ...] = (),
+    ) -> dict[str, Any]:
+        """Ingress to the server's port only from pods of ``ingress_from`` namespaces, plus the
+        front door's own sources (its controller's namespace, its load balancer's addresses)."""
+        namespaces = list(dict.fromkeys((*self.ingress_from, *extra_namespaces)))
+        sources: list[dict[str, Any]] = [
             {"namespace_selector": {"match_labels": {"kubernetes.io/metadata.name": namespace}}}
-            for namespace in self.ingress_from
+            for namespace in namespaces
         ]
+        sources += [{"ip_block": {"cidr": cidr}} for cidr in extra_cidrs]
         return {
             "pod_selector": {"match_labels": pod_labels},
             "policy_types": ["Ingress"],

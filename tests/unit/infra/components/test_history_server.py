@@ -9,12 +9,12 @@ import pulumi
 import pytest
 import ray
 
+from infra.components.cloud_ingress import HistoryServerIngress
 from infra.components.contracts import IdentityWiring, StorageWiring
 from infra.components.history_server import (
     CACHE_DIR,
     DASHBOARD_DIR,
     HistoryServerArgs,
-    HistoryServerIngress,
     HistoryServerK8s,
     quantity_bytes,
 )
