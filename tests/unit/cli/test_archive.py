@@ -90,6 +90,28 @@ def test_conflicts_refuse_then_overwrite(source: tuple[ObjectStore, KeyLayout, S
     assert sha256_hex(dst.get_bytes(victim.key)) == victim.sha256
 
 
+def _flip_one_byte(data: bytes) -> bytes:
+    return data[:-1] + bytes([data[-1] ^ 0x01])
+
+
+def test_a_same_size_conflict_is_found_by_its_sha256(
+    source: tuple[ObjectStore, KeyLayout, StoredSample], tmp_path: Path
+) -> None:
+    """The target holds an object of the right size with other bytes: a conflict, not 'unchanged'."""
+    manifest = _export(source, tmp_path / "s.tar")
+    dst, layout = _store(tmp_path / "dst")
+    import_archive(tmp_path / "s.tar", dst, layout, overwrite=False, quiet=True)
+    victim = next(e for e in manifest.objects if e.size > 10)
+    dst.put_bytes(victim.key, _flip_one_byte(dst.get_bytes(victim.key)))
+    assert dst.stat(victim.key).size == victim.size
+    with pytest.raises(CliError, match=r"^1 object\(s\) already exist .* with different content") as raised:
+        import_archive(tmp_path / "s.tar", dst, layout, overwrite=False, quiet=True)
+    assert victim.key in str(raised.value)
+    result = import_archive(tmp_path / "s.tar", dst, layout, overwrite=True, quiet=True)
+    assert result.overwritten == [victim.key] and result.written == []
+    assert sha256_hex(dst.get_bytes(victim.key)) == victim.sha256
+
+
 def _rewrite(archive: Path, out: Path, change: dict[str, bytes | None]) -> None:
     """Copy ``archive`` replacing (or dropping, with None) the named members."""
     with tarfile.open(archive) as src, tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as dst:
@@ -107,9 +129,13 @@ def _rewrite(archive: Path, out: Path, change: dict[str, bytes | None]) -> None:
 def test_damaged_archives_are_refused(source: tuple[ObjectStore, KeyLayout, StoredSample], tmp_path: Path) -> None:
     manifest = _export(source, tmp_path / "s.tar")
     dst, layout = _store(tmp_path / "dst")
-    member = "objects/" + manifest.objects[0].key
+    target = next(e for e in manifest.objects if e.size > 0)
+    member = "objects/" + target.key
+    original = source[0].get_bytes(f"history/v1/{target.key}")
     cases = {
         "tampered": ({member: b"evil"}, "bytes, the manifest says"),
+        # Same size, one byte flipped: only the sha256 comparison can tell.
+        "tampered-same-size": ({member: _flip_one_byte(original)}, "does not match its sha256"),
         "missing": ({member: None}, "missing"),
         "no-manifest": ({"manifest.json": None}, "no manifest.json"),
     }
