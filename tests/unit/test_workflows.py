@@ -111,3 +111,55 @@ def test_kind_workflow_installs_the_tools_then_runs_the_kind_suite() -> None:
     assert job_steps[index("pulumi/actions@")].get("with", {}).get("command") is None, "install only, no stack command"
     assert index("pulumi/actions@") < index("pytest -m kind")
     assert kind["jobs"]["kind"]["timeout-minutes"] <= 60
+
+
+def fresh_clone_step(ci: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(job name, step) of the step that runs the fast suite in a fresh clone."""
+    found = [
+        (name, step)
+        for name, job in ci["jobs"].items()
+        for step in job["steps"]
+        if "git clone" in step.get("run", "") and "make test-fast" in step.get("run", "")
+    ]
+    assert len(found) == 1, "ci.yml must run `make test-fast` in a fresh clone, once"
+    return found[0]
+
+
+def test_ci_runs_the_fast_suite_in_a_fresh_clone() -> None:
+    ci = workflow("ci.yml")
+    name, _step = fresh_clone_step(ci)
+    uses = [s.get("uses", "") for s in steps(ci, name)]
+    assert uses[0].startswith("actions/checkout@")
+    assert any(u.startswith("actions/setup-python@") for u in uses)
+    assert any(u.startswith("actions/setup-node@") for u in uses), "make test-fast installs node_modules"
+    assert ci["jobs"][name]["timeout-minutes"] <= 60
+
+
+def test_the_fresh_clone_step_runs_make_alone_in_a_clone_of_head(tmp_path: Path) -> None:
+    """The step's script, run for real on a small repository with a stand-in ``make``
+    that records where it ran: in a clone of HEAD, with nothing beside the clone."""
+    _name, step = fresh_clone_step(workflow("ci.yml"))
+    source = tmp_path / "checkout"
+    source.mkdir()
+    (source / "Makefile").write_text("test-fast:\n")
+    git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@example.invalid"]
+    subprocess.run([*git, "init", "-q"], cwd=source, check=True)
+    subprocess.run([*git, "add", "Makefile"], cwd=source, check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], cwd=source, check=True)
+    (source / "untracked-beside").write_text("not committed: must not reach the clone")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "make-ran.txt"
+    fake_make = bin_dir / "make"
+    fake_make.write_text(f'#!/bin/sh\n{{ pwd; echo $(ls -A ..); echo $(ls -A); echo "$@"; }} > {record}\n')
+    fake_make.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
+    # As GitHub runs a `run:` step: bash -e with pipefail.
+    subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=source, env=env,
+                   check=True, timeout=120)  # fmt: skip
+    where, beside, inside, args = record.read_text().splitlines()
+    assert Path(where).parent.parent == tmp_path / "tmp" and Path(where) != source
+    assert beside == Path(where).name, "nothing but the clone in its directory"
+    assert set(inside.split()) == {".git", "Makefile"}
+    assert args == "test-fast"
