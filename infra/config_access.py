@@ -9,14 +9,16 @@
       policy: |                    # authz static: namespaces -> users / groups
         namespaces: {team-a: {groups: [team-a-devs]}}
       oidc: {issuer: ..., clientId: ..., clientSecretName: ..., redirectUrl: ..., groupsClaim: groups}
-      trustedHeader: {kind: iap, iapAudience: /projects/NUMBER/global/backendServices/ID}
-      ingressFrom: [ingress-nginx] # a NetworkPolicy admits only these namespaces
+      trustedHeader: {kind: iap}   # or alb; iapAudience / albArn (derived when the stack makes the ALB)
+      ingressFrom: [monitoring]    # a NetworkPolicy admits these namespaces (+ the front door's sources)
       readRayTokens: false         # true: get on Secrets in the workload namespaces (live clusters with Ray token auth)
-      ingress:                     # an Ingress in front of the Service (TLS: the browser's cookies are Secure)
+      ingress:                     # the front door (TLS: the browser's cookies are Secure)
         host: ray-history.example.com
-        className: nginx           # gce / alb / webapprouting.kubernetes.azure.com ...
-        tlsSecretName: ray-history-tls
-        annotations: {}            # the controller's: certificates, IAP, ALB OIDC (docs/deploy.md)
+        flavour: gke               # default: the cloud's (gke, alb, app-routing); generic with className
+        staticIpName: ...          # gke; also iapOauthSecretName, tlsSecretName
+        # alb: certificateArn, scheme, loadBalancerName, albOidc{...}; app-routing: keyVaultCertificateUri
+        # generic: className, tlsSecretName
+        annotations: {}            # merged over the flavour's (docs/deploy.md)
 
 The OIDC client secret is never configuration: ``clientSecretName`` names a Secret in the
 server's namespace with the key ``client-secret``.
