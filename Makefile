@@ -1,25 +1,50 @@
 # The two commands a newcomer needs (see README):
-#   make demo   - set everything up and run the main job on its embedded default
-#   make test   - set everything up and run the whole test suite (what CI runs)
+#   make demo   - set up the demo environment and run the quickstart on its embedded default
+#   make test   - set up the development environment and run the whole suite (what CI runs)
 # Everything is installed into ./.venv and ./node_modules; nothing global but the
 # Debian packages the tests need.
+#
+# One venv, two levels: `make demo` installs the runtime + quickstart extra only (no
+# Pulumi SDKs, linters or emulators); `make test` installs the dev extra on top. Each level
+# has its own marker; the dev one also satisfies the demo one, so `make test` after
+# `make demo` upgrades the venv and `make demo` after `make test` leaves it as it is.
 
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STORAGE_DIR ?= .ray-history
+SITE_DIR ?= .test-artifacts/site
 
-.PHONY: demo test test-fast lint typecheck venv node-deps system-deps clean bench
+.PHONY: demo test test-fast lint typecheck docs venv venv-demo node-deps system-deps clean bench
 
-$(VENV)/.installed: pyproject.toml
+define check_python
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required, found " + sys.version.split()[0]'
-	$(PYTHON) -m venv $(VENV)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+endef
+
+# The development environment: everything `make test` runs.
+$(VENV)/.installed: pyproject.toml
+	$(check_python)
 	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@ $(VENV)/.demo-installed
+
+# The demo environment. A dev venv that is up to date already holds all of it (dev is a
+# superset): leave it alone rather than spend minutes re-resolving.
+DEV_CURRENT := $(shell [ $(VENV)/.installed -nt pyproject.toml ] && echo yes)
+$(VENV)/.demo-installed: pyproject.toml
+ifeq ($(DEV_CURRENT),yes)
+	@echo "$(VENV) already holds the dev extra, which includes the demo's"
+else
+	$(check_python)
+	$(PY) -m pip install --quiet -e '.[quickstart]'
+endif
 	@touch $@
 
 venv: $(VENV)/.installed
+
+venv-demo: $(VENV)/.demo-installed
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
@@ -34,13 +59,14 @@ system-deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 # Ray + collector + a failing sample job, then the history server on what was stored.
-demo: venv
+demo: venv-demo
 	$(PY) -m runtime.quickstart --storage-dir $(STORAGE_DIR)
 
 test: venv node-deps system-deps
 	$(VENV)/bin/ruff check runtime infra tests bench
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(SITE_DIR)
 	$(VENV)/bin/pytest
 
 test-fast: venv node-deps system-deps
@@ -53,6 +79,10 @@ lint: venv
 
 typecheck: venv
 	$(VENV)/bin/mypy
+
+# The documentation site (mkdocs.yml, docs/); broken links and stale generated tables fail.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(SITE_DIR)
 
 bench: venv node-deps
 	$(PY) bench/storage_upload_memory.py
