@@ -36,6 +36,12 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _PROC_FD = Path("/proc/self/fd")
 
 
+#: What tells a file's content apart without reading it: inode, size, mtime and
+#: ctime. The ctime catches a same-size rewrite whose mtime was put back (a tool
+#: keeping it, or a coarse clock tick); the inode, a rotated log's replacement.
+FileVersion = tuple[int, int, int, int]
+
+
 class UnsafePathError(OSError):
     """A path that is not a plain file or directory below its anchor: a link on
     the way, a file swapped since it was listed, or a resolved path elsewhere."""
@@ -52,11 +58,24 @@ class LogFile:
     anchor: Path  # opened from here, no link followed below it
     dev: int
     ino: int
+    ctime_ns: int
+
+    @classmethod
+    def from_stat(cls, path: Path, relpath: str, st: os.stat_result, anchor: Path) -> LogFile:
+        return cls(path, relpath, st.st_size, st.st_mtime_ns, anchor, st.st_dev, st.st_ino, st.st_ctime_ns)
+
+    @property
+    def version(self) -> FileVersion:
+        return version_of(self.ino, self.size, self.mtime_ns, self.ctime_ns)
 
     @property
     def root(self) -> Path:
         """The logs directory the file belongs to."""
         return Path(*self.path.parts[: len(self.path.parts) - len(self.relpath.split("/"))])
+
+
+def version_of(ino: int, size: int, mtime_ns: int, ctime_ns: int) -> FileVersion:
+    return (ino, size, mtime_ns, ctime_ns)
 
 
 def _parts(anchor: Path, path: Path) -> tuple[str, ...]:
@@ -151,12 +170,13 @@ def open_log_file(item: LogFile) -> BinaryIO:
 
 def unlink_if_unchanged(item: LogFile) -> bool:
     """Delete ``item`` (a shipped prev-logs file) if it is still the file that was
-    listed, with the same size and mtime; False when it changed. Through the
+    listed, in the same version (inode, size, mtime, ctime); False when it changed. Through the
     parent's descriptor, so a directory swapped for a link cannot redirect it."""
     fd = open_dir(item.anchor, item.path.parent)
     try:
         st = os.stat(item.path.name, dir_fd=fd, follow_symlinks=False)
-        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != (item.dev, item.ino, item.size, item.mtime_ns):
+        now = version_of(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if st.st_dev != item.dev or now != item.version:
             return False
         os.unlink(item.path.name, dir_fd=fd)
         return True
@@ -214,7 +234,7 @@ def iter_log_files(logs_dir: Path, anchor: Path | None = None) -> Iterator[LogFi
     anchor = anchor or logs_dir
     for path, rel, st in walk(logs_dir, anchor):
         if stat.S_ISREG(st.st_mode):
-            yield LogFile(path, rel, st.st_size, st.st_mtime_ns, anchor, st.st_dev, st.st_ino)
+            yield LogFile.from_stat(path, rel, st, anchor)
 
 
 def log_dirs(logs_dir: Path, anchor: Path | None = None) -> list[Path]:

@@ -374,9 +374,9 @@ class LogShipper:
             return None
         if not stat.S_ISREG(st.st_mode):
             return None  # a directory, symlink, socket
-        item = LogFile(path, relpath, st.st_size, st.st_mtime_ns, anchor, st.st_dev, st.st_ino)
+        item = LogFile.from_stat(path, relpath, st, anchor)
         key = self._key_for(session, node, item)
-        if key is None or self._state.shipped.get(key) == (item.size, item.mtime_ns):
+        if key is None or self._state.shipped.get(key) == item.version:
             return None
         return UploadJob(item, key, live=True)
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runtime.collector.log_files import LogFile, iter_log_files, open_dir
+from runtime.collector.log_files import FileVersion, LogFile, iter_log_files, open_dir
 from runtime.collector.session_files import (
     PREV_LOGS,
     list_session_dirs,
@@ -86,7 +86,7 @@ def plan_prev_logs(
     *,
     fallback_node: Callable[[], str | None],
     key_for: KeyFor,
-    shipped: Mapping[str, tuple[int, int]],
+    shipped: Mapping[str, FileVersion],
     warn: WarnOnce,
 ) -> PrevPlan:
     """Move finished sessions' logs into prev-logs, then list every file there.
@@ -94,7 +94,7 @@ def plan_prev_logs(
     A session's node is the one its own directory names (port files, raylet.out),
     else ``fallback_node()`` (KubeRay's Go collector always uses the current node). A
     session whose logs cannot be moved is shipped where it is and kept.
-    ``shipped`` maps keys to the (size, mtime_ns) already stored, so a file
+    ``shipped`` maps keys to the file versions already stored, so a file
     shipped live before the move is only deleted, not uploaded again.
     """
     plan = PrevPlan()
@@ -115,7 +115,7 @@ def plan_prev_logs(
             plan.sessions.append(session_dir.name)
             for item in iter_log_files(session_dir / LOGS, tmp_root):
                 key = key_for(session_dir.name, node, item)
-                if key is not None and shipped.get(key) != (item.size, item.mtime_ns):
+                if key is not None and shipped.get(key) != item.version:
                     plan.jobs.append(UploadJob(item, key))
     found, rejected = scan_prev_logs(prev_root)
     for node_dir in rejected:
@@ -132,7 +132,7 @@ def plan_prev_logs(
         for item in iter_log_files(prev.logs, tmp_root):
             key = key_for(prev.session, prev.node, item)
             if key is not None:
-                done = shipped.get(key) == (item.size, item.mtime_ns)
+                done = shipped.get(key) == item.version
                 plan.jobs.append(UploadJob(item, key, upload=not done, delete_after=True))
     return plan
 

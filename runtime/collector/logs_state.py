@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.collector.log_files import UnsafePathError, open_log_file, unlink_if_unchanged
+from runtime.collector.log_files import FileVersion, UnsafePathError, open_log_file, unlink_if_unchanged
 from runtime.collector.logs_prev import UploadJob
 from runtime.collector.metrics import CollectorMetrics
 from runtime.storage.base import ObjectStore
@@ -87,7 +87,7 @@ class UploadState:
         self._lock = threading.Lock()  # guards _dirty: the watcher thread adds to it
         self._dirty: set[Path] = set()
         self._schedule: dict[Path, Schedule] = {}
-        self.shipped: dict[str, tuple[int, int]] = {}  # key -> (size, mtime_ns) stored
+        self.shipped: dict[str, FileVersion] = {}  # key -> version of the file stored there
         self.store_retry_at = 0.0
         self._store_failures = 0
         self.files_shipped = 0
@@ -220,9 +220,9 @@ class UploadState:
             if job.delete_after and not path.exists():
                 self.shipped.pop(job.key, None)  # nothing local left to compare with
             else:
-                # The size and mtime seen *before* the upload: bytes appended during
-                # it make the file differ, so they are shipped next time.
-                self.shipped[job.key] = (job.file.size, job.file.mtime_ns)
+                # The version seen *before* the upload: bytes appended during it
+                # make the file differ, so they are shipped next time.
+                self.shipped[job.key] = job.file.version
             if job.live:
                 gap = max(self._interval, min(MAX_UPLOAD_GAP, UPLOAD_GAP_FACTOR * outcome.seconds))
                 self._schedule[path] = Schedule(last_upload=outcome.started, gap=gap)
