@@ -7,7 +7,8 @@ and one loop thread uploads them, streamed, at most every ``upload_interval`` pe
 file (new files at once), with a periodic full rescan as a safety net. Files in
 ``prev-logs`` are deleted only after their upload succeeded, so failures are
 retried and a collector restart resumes (``logs_prev.py``). What is remembered
-per file, and the uploads themselves, live in ``logs_state.py``.
+per file, and the uploads themselves, live in ``logs_state.py``; the watcher
+thread in ``log_watch.py``.
 
 Nothing reached through a symbolic link is shipped (#14 item 1): the watcher
 watches each real directory on its own (a recursive inotify watch follows linked
@@ -25,16 +26,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import watchfiles
-
-from runtime.collector.log_files import (
-    LogFile,
-    UnsafePathError,
-    is_real_dir,
-    iter_log_files,
-    log_dirs,
-    lstat_below,
-)
+from runtime.collector.log_files import LogFile, UnsafePathError, iter_log_files, lstat_below
+from runtime.collector.log_watch import LogWatcher
 from runtime.collector.logs_prev import (
     PrevPlan,
     UploadJob,
@@ -50,12 +43,6 @@ from runtime.storage.errors import InvalidKeyError
 from runtime.storage.layout import ClusterRef, KeyLayout, validate_node_id
 
 logger = logging.getLogger(__name__)
-
-#: How often the Rust side of watchfiles wakes to check its stop event, and how
-#: long it waits for more changes before yielding a batch. The default (50 ms)
-#: costs 4x the idle CPU; a stop latency of 0.5 s is fine.
-WATCH_STEP_MS = 500
-WATCH_TIMEOUT_MS = 5_000
 
 
 class LogShipper:
@@ -94,11 +81,9 @@ class LogShipper:
         )
         self._loop_thread: threading.Thread | None = None
         self._result: bool | None = None  # of stop()
-        self._watch_thread: threading.Thread | None = None
-        self._watch_stop = threading.Event()
-        self._watch_failed_at = -math.inf
-        self._watched: frozenset[Path] = frozenset()  # the real directories being watched
-        self._rewatch = threading.Event()  # the watcher saw a new directory
+        self._watcher = LogWatcher(
+            on_changes=self._state.mark_dirty, wake=self._wake, upload_interval=upload_interval, retry_after=BACKOFF_CAP
+        )
 
         # Used by the loop thread only (and by stop() once the loop has ended).
         self._session_dir: Path | None = None
@@ -140,14 +125,14 @@ class LogShipper:
         started = time.monotonic()
         self._stopping.set()
         self._wake.set()
-        self._stop_watcher()
+        self._watcher.stop()
         if self._loop_thread is not None:
             self._loop_thread.join(timeout=max(0.0, deadline - time.monotonic()))
             if self._loop_thread.is_alive():
                 logger.warning("log shipper: uploads still running at the deadline; logs NOT all shipped")
                 self._state.shutdown()
                 return False
-        self._stop_watcher()  # the loop may have started one as stop() began
+        self._watcher.stop()  # the loop may have started one as stop() began
         files, size = self.files_shipped, self.bytes_shipped
         failed = left = 0
         try:
@@ -191,7 +176,7 @@ class LogShipper:
             node: str | None = None
             try:
                 self._check_session()
-                watching = self._watch_thread is not None and self._watch_thread.is_alive()
+                watching = self._watcher.alive
                 if not watching:
                     # Without a watcher (it may have died just after the last check),
                     # rescans every upload interval stand in for it.
@@ -235,7 +220,7 @@ class LogShipper:
         resolved = resolve_session_latest(self._tmp_root)
         if resolved is not None and (self._session_dir is None or resolved.name != self._session_dir.name):
             old = self._session_dir
-            self._stop_watcher()
+            self._watcher.stop()
             self._session_dir = resolved
             self._state.new_session()
             self._rejected.clear()
@@ -244,11 +229,11 @@ class LogShipper:
             self._prev_due = 0.0  # move the old one into prev-logs and ship it
         if self._session_dir is not None:
             self._announce_all([self._session_dir.name])
-            if self._rewatch.is_set() and not self._stopping.is_set():
-                self._rewatch.clear()
-                self._stop_watcher()  # watched again below, with the new directories
-            if not self._stopping.is_set():
-                self._ensure_watcher()
+            if self._watcher.rewatch.is_set() and not self._stopping.is_set():
+                self._watcher.rewatch.clear()
+                self._watcher.stop()  # watched again below, with the new directories
+            if not self._stopping.is_set() and self._watcher.ensure(self._session_dir / "logs", self._anchor()):
+                self._next_rescan = 0.0  # catch up on what changed while nothing watched
 
     def _anchor(self) -> Path:
         """Where no-link-followed walks start: Ray's temp root when the session lies
@@ -268,67 +253,6 @@ class LogShipper:
                 logger.warning("session callback for %s failed, will retry: %s", session, exc)
                 continue
             self._announced.add(session)
-
-    # --------------------------------------------------------------- watcher
-    def _ensure_watcher(self) -> None:
-        if self._watch_thread is not None and self._watch_thread.is_alive():
-            return
-        if self._session_dir is None or time.monotonic() < self._watch_failed_at + BACKOFF_CAP:
-            return
-        logs_dir = self._session_dir / "logs"
-        try:
-            if not stat.S_ISDIR(lstat_below(self._anchor(), logs_dir).st_mode):
-                return  # Ray has not created it yet; the next tick looks again
-        except OSError:
-            return  # not there yet, or a link: never watched
-        # Non-recursive watches on each real directory: a recursive one (notify's
-        # walk) would follow a linked directory and report what changes there.
-        dirs = log_dirs(logs_dir, self._anchor())
-        self._watched = frozenset(dirs)
-        self._watch_stop = threading.Event()
-        self._watch_thread = threading.Thread(
-            target=self._watch, args=(dirs, self._watch_stop), name="log-watch", daemon=True
-        )
-        self._watch_thread.start()
-        self._next_rescan = 0.0  # catch up on what changed while nothing watched
-
-    def _stop_watcher(self) -> None:
-        self._watch_stop.set()
-        if self._watch_thread is not None:
-            self._watch_thread.join(timeout=4 * WATCH_STEP_MS / 1000)
-        self._watch_thread = None
-
-    def _watch(self, dirs: list[Path], stop_event: threading.Event) -> None:
-        logs_dir = dirs[0]
-        try:
-            for changes in watchfiles.watch(
-                *dirs,
-                watch_filter=None,  # the default filter drops names such as *.swp and *~
-                stop_event=stop_event,
-                recursive=False,
-                step=WATCH_STEP_MS,
-                rust_timeout=WATCH_TIMEOUT_MS,
-                yield_on_timeout=True,
-                raise_interrupt=False,
-                ignore_permission_denied=True,
-                poll_delay_ms=max(1000, int(self._interval * 500)),  # if notify must poll, poll rarely
-            ):
-                if stop_event.is_set():
-                    return
-                paths = [Path(raw) for _change, raw in changes]
-                if any(path not in self._watched and is_real_dir(path) for path in paths):
-                    self._rewatch.set()  # a new directory: watch it too (its files come by the rescan)
-                    self._wake.set()
-                if paths and self._state.mark_dirty(paths):
-                    self._wake.set()
-            problem: object = "the watcher ended"
-        except Exception as exc:  # e.g. inotify limits
-            problem = exc
-        if not stop_event.is_set():
-            # Rescans every upload interval take over; a new watcher is tried later.
-            self._watch_failed_at = time.monotonic()
-            logger.warning("watching %s failed, rescanning every %.0fs instead: %s", logs_dir, self._interval, problem)
-            self._wake.set()
 
     # ----------------------------------------------------- current session
     def _rescan(self) -> None:

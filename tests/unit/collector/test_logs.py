@@ -484,7 +484,7 @@ def test_without_a_watcher_rescans_take_over(env: Env, monkeypatch: pytest.Monke
     def no_inotify(*_args: object, **_kwargs: object) -> Iterator[set[tuple[int, str]]]:
         raise OSError(errno.ENOSPC, "inotify watch limit reached")
 
-    monkeypatch.setattr("runtime.collector.logs.watchfiles.watch", no_inotify)
+    monkeypatch.setattr("runtime.collector.log_watch.watchfiles.watch", no_inotify)
     shipper = env.shipper()
     shipper.start()
     time.sleep(0.3)
@@ -501,7 +501,7 @@ def test_a_watcher_dying_late_still_hands_over_to_rescans(env: Env, monkeypatch:
         raise OSError(errno.ENOSPC, "inotify watch limit reached")
         yield set()  # a generator, like watchfiles.watch
 
-    monkeypatch.setattr("runtime.collector.logs.watchfiles.watch", dies_soon)
+    monkeypatch.setattr("runtime.collector.log_watch.watchfiles.watch", dies_soon)
     shipper = env.shipper()
     shipper.start()
     time.sleep(0.6)  # the watcher has died by now
