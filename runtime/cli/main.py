@@ -241,7 +241,7 @@ def _add_transfer_commands(subparsers: Subparsers) -> None:
 
 
 def _configure_logging(verbose: int) -> None:
-    from runtime.cli_common import configure_logging
+    from runtime.common.process import configure_logging
 
     configure_logging({0: "WARNING", 1: "INFO"}.get(verbose, "DEBUG"), "text")
 

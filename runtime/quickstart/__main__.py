@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from runtime.cli_common import configure_logging
+from runtime.common.process import configure_logging
 from runtime.quickstart import add_arguments, run
 
 

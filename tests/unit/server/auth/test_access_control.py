@@ -311,7 +311,7 @@ def test_reviews_without_the_servers_rbac_say_what_is_missing(stub: AuthApiStub)
 
 
 def test_audit_fields_are_json_keys_with_log_format_json() -> None:
-    from runtime.cli_common import JsonFormatter
+    from runtime.common.process import JsonFormatter
 
     record = logging.LogRecord("runtime.server.audit", logging.INFO, __file__, 1, "access allow", (), None)
     record.audit = {"identity": "alice@example.com", "namespace": "team-a", "decision": "allow"}
