@@ -138,8 +138,13 @@ class LiveDirectory(ABC):
     #: Reads Ray auth tokens for the clusters this directory finds (None: cannot).
     token_source: TokenSource | None = None
 
-    def auth_token(self, cluster: LiveCluster) -> str | None:
+    def auth_token(self, cluster: LiveCluster, caller_kubernetes_token: str | None = None) -> str | None:
         """The token to send to ``cluster``, None when it has no Ray token auth.
+
+        A cluster with Kubernetes-delegated auth checks the token itself with the API
+        server (TokenReview, then a SubjectAccessReview on the RayCluster): it gets the
+        caller's own Kubernetes token, already verified by this server, and never the
+        server's (a Ray head runs user code, which must not obtain the server's identity).
 
         Raises LiveAuthError when it has and the token cannot be read: the caller
         must then not send the request at all.
@@ -148,9 +153,12 @@ class LiveDirectory(ABC):
         if auth is None:
             return None
         if auth.kubernetes_delegated:
+            if caller_kubernetes_token:
+                return caller_kubernetes_token
             raise LiveAuthError(
                 f"RayCluster {cluster.key} uses Kubernetes-delegated token auth "
-                "(authOptions.enableK8sTokenAuth), which the history server cannot proxy"
+                "(authOptions.enableK8sTokenAuth): Ray checks the caller's own Kubernetes token, so call with "
+                "Authorization: Bearer <Kubernetes token> (ray-history --token, kubectl create token)"
             )
         if self.token_source is None:
             raise LiveAuthError(

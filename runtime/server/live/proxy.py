@@ -33,7 +33,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import requests
 import urllib3
-from flask import Flask, Request, Response, current_app
+from flask import Flask, Request, Response, current_app, g
 from requests.adapters import HTTPAdapter
 
 from runtime.server.config import ServerConfig
@@ -108,7 +108,7 @@ def proxy_request(
     ``historyserver_live_proxy_requests_total``)."""
     metrics = outcomes
     label = f"{selection.namespace}/{selection.name}"
-    found = _resolve(selection, live, metrics)
+    found = _resolve(selection, request, live, metrics)
     if isinstance(found, Response):
         return found
     cluster, token = found
@@ -153,7 +153,9 @@ def proxy_request(
     return response
 
 
-def _resolve(selection: Selection, live: LiveDirectory, metrics: Counter) -> tuple[LiveCluster, str | None] | Response:
+def _resolve(
+    selection: Selection, request: Request, live: LiveDirectory, metrics: Counter
+) -> tuple[LiveCluster, str | None] | Response:
     """The ready cluster ``selection`` names and the Ray token it needs, or our error answer.
 
     Fail closed: a token-auth cluster whose token cannot be read gets no request."""
@@ -171,17 +173,27 @@ def _resolve(selection: Selection, live: LiveDirectory, metrics: Counter) -> tup
         metrics.labels("not_ready").inc()
         return json_error(503, f"RayCluster {label}: head service not ready", {"Retry-After": "5"})
     try:
-        return cluster, live.auth_token(cluster)
+        return cluster, live.auth_token(cluster, _caller_kubernetes_token(request))
     except LiveAuthError as exc:
         metrics.labels("token_unavailable").inc()
         return json_error(503, f"live cluster {label} uses Ray token auth: {exc}", {"Retry-After": "5"})
 
 
+def _caller_kubernetes_token(request: Request) -> str | None:
+    """The bearer token this request was authenticated with by TokenReview, if it was."""
+    identity = g.get("identity")
+    if identity is None or identity.via != "kubernetes":
+        return None
+    scheme, _, token = request.headers.get("Authorization", "").strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
 def _token_refused(live: LiveDirectory, cluster: LiveCluster) -> None:
     """The cluster refused our token: read the Secret again next time (rotated?)."""
-    if live.token_source is not None and cluster.token_auth is not None:
-        logger.warning("live cluster %s refused the token from Secret %s", cluster.key, cluster.token_auth.secret)
-        live.token_source.forget(cluster.token_auth)
+    auth = cluster.token_auth
+    if live.token_source is not None and auth is not None and not auth.kubernetes_delegated:
+        logger.warning("live cluster %s refused the token from Secret %s", cluster.key, auth.secret)
+        live.token_source.forget(auth)
 
 
 def _send(

@@ -316,3 +316,51 @@ def test_rays_token_cookie_is_never_set_downstream(proxy: str) -> None:
     cookies = answer.raw.headers.getlist("Set-Cookie")
     assert not [c for c in cookies if c.startswith("ray-authentication-token")]
     assert "other=1; Path=/" in cookies
+
+
+def test_kubernetes_delegated_clusters_get_the_callers_own_kubernetes_token(
+    tmp_path: Path, stub: ApiStub, upstream: Upstream
+) -> None:
+    """``authOptions.enableK8sTokenAuth``: Ray 2.60 checks the bearer token itself (TokenReview,
+    then a SubjectAccessReview on the RayCluster), so the proxy forwards the token the caller
+    was authenticated with here, and only that: a caller who logged in otherwise (or with no
+    Kubernetes token) gets a 503 saying what to send, and the server never lends its own."""
+    from runtime.server.auth import build_access_control, install, parse_auth
+    from tests.support.k8s_auth_stub import auth_api_stub
+
+    alice = "alice-kubernetes-token"
+    directory = LoopbackDirectory(kubernetes_directory(stub.url), upstream.url)
+    with auth_api_stub() as reviews:
+        reviews.tokens = {alice: ("alice@example.com", ("team-a-devs",))}
+        reviews.access = {("team-a-devs", "team-a")}
+        app = make_app(server_config(tmp_path, proxy_timeout=5.0), directory)
+        install(app, build_access_control(parse_auth("kubernetes", "kubernetes"), reviews.api_client))
+        with serve(app) as url:
+            client = _client("team-a", "delegated")
+            answer = client.get(f"{url}/api/jobs/", headers={"Authorization": f"Bearer {alice}"}, timeout=10)
+            assert answer.status_code == 200, answer.text
+            seen = upstream.last()
+            assert [v for k, v in seen.headers if k.lower() == "x-ray-authorization"] == [f"Bearer {alice}"]
+            assert seen.header("Authorization") is None
+            # A Secret-token cluster still gets its own token, never the caller's.
+            assert client.get(f"{url}/api/jobs/", headers={"Authorization": f"Bearer {alice}"}, timeout=10)
+            assert (
+                _client("team-a", "secure")
+                .get(f"{url}/api/jobs/", headers={"Authorization": f"Bearer {alice}"}, timeout=10)
+                .status_code
+                == 200
+            )
+            assert upstream.last().header("x-ray-authorization") == f"Bearer {TOKEN}"
+            # Not authenticated by TokenReview: refused here, nothing sent upstream.
+            before = len(upstream.seen)
+            assert _client("team-a", "delegated").get(f"{url}/api/jobs/", timeout=10).status_code == 401
+            assert len(upstream.seen) == before
+
+
+def test_a_caller_without_a_kubernetes_token_is_told_what_to_send() -> None:
+    cluster = LiveCluster(
+        "team-a", "d", "raycluster", "", CREATED, "http://x", TokenAuth("team-a", "", kubernetes_delegated=True)
+    )
+    with pytest.raises(LiveAuthError, match="Authorization: Bearer <Kubernetes token>"):
+        StaticLiveDirectory([]).auth_token(cluster)
+    assert StaticLiveDirectory([]).auth_token(cluster, "caller-token") == "caller-token"
