@@ -98,7 +98,8 @@ class HistoryServerIngress:
 
     Attributes:
         host: DNS name (required).
-        flavour: whose controller: ``generic``, ``gke``, ``alb`` or ``app-routing`` (module doc).
+        flavour: whose controller: ``gke``, ``alb``, ``app-routing`` or ``generic``; a stack
+            without it gets its cloud's own (``generic`` with ``className``, and on kind).
         class_name: ``generic``: ``ingressClassName`` (e.g. ``nginx``); None = cluster default.
         tls_secret_name: a Secret with the certificate (``generic``, ``app-routing``; on ``gke``
             instead of the Google-managed certificate); None = plain HTTP on ``generic``.
