@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import re
 
-from infra.components.cloud_ingress import FLAVOURS, AlbOidc, HistoryServerIngress
-from infra.components.server_access import AUTH_MODES, AUTHZ_MODES, FrontDoor, OidcClient, ServerAccess
 from infra.config_values import ConfigError, _key, _Section
+from ray_history_pulumi.cloud_ingress import FLAVOURS, AlbOidc, HistoryServerIngress
+from ray_history_pulumi.server_access import AUTH_MODES, AUTHZ_MODES, FrontDoor, OidcClient, ServerAccess
 
 #: The ingress flavour a stack on each cloud gets unless it names another.
 CLOUD_FLAVOURS = {"gcp": "gke", "aws": "alb", "azure": "app-routing"}

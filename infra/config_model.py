@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from infra.components.server_access import ServerAccess
+from ray_history_pulumi.server_access import ServerAccess
 
 #: Default chart version of the KubeRay operator (the RayClusterHistoryServer gate needs >= 1.7).
 DEFAULT_KUBERAY_VERSION = "1.7.1"

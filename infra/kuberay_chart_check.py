@@ -1,6 +1,6 @@
 """Release-time check: the KubeRay chart versions the stacks pin exist, and their gate lists match ours.
 
-``infra/components/kuberay.py`` sends the chart's whole ``featureGates`` list (Helm
+``ray_history_pulumi/kuberay.py`` sends the chart's whole ``featureGates`` list (Helm
 replaces lists), so a pinned version that is not published, or whose ``values.yaml``
 gained or dropped a gate, breaks ``pulumi up`` or silently flips a gate. This reads the
 published Helm index, downloads each pinned chart and compares its default gates with
@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from infra.components.kuberay import CHART_DEFAULT_GATES, DEFAULT_KUBERAY_VERSION, KUBERAY_CHART, KUBERAY_HELM_REPO
+from ray_history_pulumi.kuberay import CHART_DEFAULT_GATES, DEFAULT_KUBERAY_VERSION, KUBERAY_CHART, KUBERAY_HELM_REPO
 
 LOG = logging.getLogger(__name__)
 STACKS_DIR = Path(__file__).resolve().parent / "stacks"

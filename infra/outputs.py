@@ -6,8 +6,8 @@ from typing import Any
 
 import pulumi
 
-from infra.components.contracts import ServiceAccountRef, StorageWiring
 from infra.sidecar import CollectorSettings, history_server_options
+from ray_history_pulumi.contracts import ServiceAccountRef, StorageWiring
 
 
 def collector_options_output(

@@ -12,9 +12,9 @@ from typing import Literal, cast
 
 import pulumi
 
-from infra.components.contracts import ServiceAccountRef, StorageWiring
 from infra.config import AzureSettings, ConfigError, StackConfig
 from infra.providers import existing_cluster_kubeconfig
+from ray_history_pulumi.contracts import ServiceAccountRef, StorageWiring
 
 #: MinIO gets its own namespace: the history server's enforces the "restricted" Pod Security Standard.
 MINIO_NAMESPACE = "ray-history-minio"
@@ -90,8 +90,8 @@ def cluster_for(config: StackConfig, on_cloud: pulumi.ResourceOptions) -> Cluste
 
 
 def created_cluster(config: StackConfig, on_cloud: pulumi.ResourceOptions) -> Cluster:
-    """GKE / EKS / AKS made by this stack (infra/components/clusters.py)."""
-    from infra.components import clusters
+    """GKE / EKS / AKS made by this stack (ray_history_pulumi/clusters.py)."""
+    from ray_history_pulumi import clusters
 
     settings = config.cluster
     if config.gcp is not None:
@@ -172,7 +172,7 @@ def storage_for(
     """The storage + identity component of the stack's cloud; returns its wiring."""
     bucket = config.storage.bucket or None
     if config.gcp is not None:
-        from infra.components.gcp_storage import GcsHistoryStorage, GcsHistoryStorageArgs
+        from ray_history_pulumi.gcp_storage import GcsHistoryStorage, GcsHistoryStorageArgs
 
         return GcsHistoryStorage(
             "history",
@@ -190,7 +190,7 @@ def storage_for(
             opts=on_cloud,
         ).wiring
     if config.aws is not None:
-        from infra.components.aws_storage import S3HistoryStorage, S3HistoryStorageArgs
+        from ray_history_pulumi.aws_storage import S3HistoryStorage, S3HistoryStorageArgs
 
         irsa = config.aws.identity_mode == "irsa"
         identity_mode: Literal["irsa", "pod-identity"] = "irsa" if irsa else "pod-identity"
@@ -210,7 +210,7 @@ def storage_for(
             opts=on_cloud,
         ).wiring
     if config.azure is not None:
-        from infra.components.azure_storage import AzureBlobHistoryStorage, AzureBlobHistoryStorageArgs
+        from ray_history_pulumi.azure_storage import AzureBlobHistoryStorage, AzureBlobHistoryStorageArgs
 
         if cluster.oidc_issuer_url is None:
             raise ConfigError("ray-history-server:azure.oidcIssuerUrl is required")
@@ -228,7 +228,7 @@ def storage_for(
             ),
             opts=on_cloud,
         ).wiring
-    from infra.components.minio import MinioHistoryStorage, MinioHistoryStorageArgs
+    from ray_history_pulumi.minio import MinioHistoryStorage, MinioHistoryStorageArgs
 
     return MinioHistoryStorage(
         "history",
@@ -250,7 +250,7 @@ def gcp_services(config: StackConfig, on_cloud: pulumi.ResourceOptions) -> list[
     """The APIs a GCP stack uses, enabled first (none on kind, AWS, Azure, or with ``gcp.enableServices`` off)."""
     if config.gcp is None or not config.gcp.enable_services:
         return []
-    from infra.components.gcp_services import GcpProjectServices, GcpProjectServicesArgs
+    from ray_history_pulumi.gcp_services import GcpProjectServices, GcpProjectServicesArgs
 
     return [GcpProjectServices("apis", GcpProjectServicesArgs(project=config.gcp.project), opts=on_cloud)]
 
@@ -283,7 +283,7 @@ def build_images(
         return Images(collector=config.images.collector, server=config.images.server), []
     import pulumi_docker_build as docker_build
 
-    from infra.components.images import HistoryImages, HistoryImagesArgs
+    from ray_history_pulumi.images import HistoryImages, HistoryImagesArgs
 
     tag = config.images.tag
     repository = config.images.repository or None

@@ -15,15 +15,15 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra import cluster_checks
-from infra.components.contracts import SERVER_SERVICE_ACCOUNT, ServiceAccountRef, StorageWiring
-from infra.components.history_server import SERVICE_PORT, HistoryServerArgs, HistoryServerK8s
-from infra.components.kuberay import KubeRayOperator, KubeRayOperatorArgs
-from infra.components.server_access import ray_token_reader_roles
-from infra.components.workloads import RayWorkloadAccounts, RayWorkloadAccountsArgs
 from infra.config import StackConfig, load_config
 from infra.outputs import collector_options_output
 from infra.platform import Cluster, build_images, cluster_for, gcp_services, settle_front_door, storage_for
 from infra.providers import cloud_provider, kubernetes_provider
+from ray_history_pulumi.contracts import SERVER_SERVICE_ACCOUNT, ServiceAccountRef, StorageWiring
+from ray_history_pulumi.history_server import SERVICE_PORT, HistoryServerArgs, HistoryServerK8s
+from ray_history_pulumi.kuberay import KubeRayOperator, KubeRayOperatorArgs
+from ray_history_pulumi.server_access import ray_token_reader_roles
+from ray_history_pulumi.workloads import RayWorkloadAccounts, RayWorkloadAccountsArgs
 
 
 @dataclass

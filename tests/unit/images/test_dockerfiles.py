@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.components.history_server import CACHE_DIR, DASHBOARD_DIR
+from ray_history_pulumi.history_server import CACHE_DIR, DASHBOARD_DIR
 
 REPO = Path(__file__).resolve().parents[3]
 HADOLINT = REPO / ".venv" / "bin" / "hadolint"

@@ -1,6 +1,6 @@
 """Infra test set-up: the ACR token exchange answers locally.
 
-The real exchange (``infra.components.acr_token``) is an HTTPS call to the registry made
+The real exchange (``ray_history_pulumi.acr_token``) is an HTTPS call to the registry made
 while ``pulumi up`` runs; under mocks the registry does not exist, so the program's call is
 answered here and recorded. ``tests/unit/infra/components/test_acr_token.py`` runs the real
 function against a loopback endpoint.
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from infra.components import acr_token
+from ray_history_pulumi import acr_token
 
 #: The function itself, for the tests that run it against a loopback endpoint.
 REAL_EXCHANGE = acr_token.exchange_acr_refresh_token

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from infra.components.gcp_services import REQUIRED_SERVICES
+from ray_history_pulumi.gcp_services import REQUIRED_SERVICES
 from tests.unit.infra.mocks import FAKE_KUBECONFIG, RecordedResource, RecordingMocks
 from tests.unit.infra.test_config import stack_values
 from tests.unit.infra.test_program import created_cluster_values, deploy_with

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from infra import kuberay_chart_check
-from infra.components.kuberay import CHART_DEFAULT_GATES, DEFAULT_KUBERAY_VERSION
+from ray_history_pulumi.kuberay import CHART_DEFAULT_GATES, DEFAULT_KUBERAY_VERSION
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "kuberay" / "values-1.7.0-featureGates.yaml"
 

@@ -16,9 +16,9 @@ from typing import Any
 import pulumi
 import pytest
 
-from infra.components.kuberay import HISTORY_SERVER_GATE
 from infra.config import NAMESPACE
 from infra.program import deploy
+from ray_history_pulumi.kuberay import HISTORY_SERVER_GATE
 from tests.unit.infra.mocks import AKS_ISSUER, FAKE_KUBECONFIG, RecordedResource, RecordingMocks
 from tests.unit.infra.test_config import stack_values
 

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from infra.components import acr_token
+from ray_history_pulumi import acr_token
 from tests.unit.infra.conftest import REAL_EXCHANGE
 
 

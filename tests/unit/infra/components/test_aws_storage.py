@@ -10,8 +10,8 @@ import pulumi
 import pulumi_aws as aws
 import pytest
 
-from infra.components.aws_storage import S3HistoryStorage, S3HistoryStorageArgs
-from infra.components.contracts import ServiceAccountRef
+from ray_history_pulumi.aws_storage import S3HistoryStorage, S3HistoryStorageArgs
+from ray_history_pulumi.contracts import ServiceAccountRef
 from tests.unit.infra.mocks import AWS_ACCOUNT, AWS_REGION, EKS_ISSUER, RecordingMocks, settled
 
 WRITERS = [ServiceAccountRef("ray", "ray-collector"), ServiceAccountRef("team-a", "ray-worker")]

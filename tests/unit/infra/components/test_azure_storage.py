@@ -9,8 +9,8 @@ import pulumi
 import pulumi_azure_native as azure
 import pytest
 
-from infra.components.azure_storage import AzureBlobHistoryStorage, AzureBlobHistoryStorageArgs
-from infra.components.contracts import ServiceAccountRef
+from ray_history_pulumi.azure_storage import AzureBlobHistoryStorage, AzureBlobHistoryStorageArgs
+from ray_history_pulumi.contracts import ServiceAccountRef
 from tests.unit.infra.mocks import AKS_ISSUER, AZURE_SUBSCRIPTION, RecordingMocks, settled
 
 WRITERS = [ServiceAccountRef("ray", "ray-collector"), ServiceAccountRef("team-a", "ray-worker")]

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from infra.components.cloud_ingress import (
+from infra.config import ConfigError, parse_config
+from ray_history_pulumi.cloud_ingress import (
     GOOGLE_LB_RANGES,
     REQUEST_TIMEOUT_SECONDS,
     HistoryServerIngress,
     plan_ingress,
 )
-from infra.components.history_server import CONTAINER_PORT
-from infra.config import ConfigError, parse_config
+from ray_history_pulumi.history_server import CONTAINER_PORT
 from runtime.server.auth.front_door_settings import parse_front_door
 from runtime.server.settings import BUILD_TIMEOUT
 from tests.unit.infra.components.test_history_server import _args

@@ -12,7 +12,7 @@ import pulumi_azure_native as azure
 import pulumi_gcp as gcp
 import pytest
 
-from infra.components.clusters import (
+from ray_history_pulumi.clusters import (
     AksCluster,
     AksClusterArgs,
     EksCluster,

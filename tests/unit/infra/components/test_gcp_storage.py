@@ -8,8 +8,8 @@ import pulumi
 import pulumi_gcp as gcp
 import pytest
 
-from infra.components.contracts import ServiceAccountRef
-from infra.components.gcp_storage import (
+from ray_history_pulumi.contracts import ServiceAccountRef
+from ray_history_pulumi.gcp_storage import (
     SERVER_ROLE,
     WRITER_ROLE,
     GcsHistoryStorage,

@@ -1,4 +1,4 @@
-"""infra/components/history_server.py under Pulumi mocks; every object schema-validated."""
+"""ray_history_pulumi/history_server.py under Pulumi mocks; every object schema-validated."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pulumi
 import pytest
 import ray
 
-from infra.components.cloud_ingress import HistoryServerIngress
-from infra.components.contracts import IdentityWiring, StorageWiring
-from infra.components.history_server import (
+from ray_history_pulumi.cloud_ingress import HistoryServerIngress
+from ray_history_pulumi.contracts import IdentityWiring, StorageWiring
+from ray_history_pulumi.history_server import (
     CACHE_DIR,
     DASHBOARD_DIR,
     HistoryServerArgs,

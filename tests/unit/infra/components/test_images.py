@@ -11,7 +11,7 @@ import pulumi_azure_native as azure
 import pulumi_gcp as gcp
 import pytest
 
-from infra.components.images import REPOSITORY_ROOT, HistoryImages, HistoryImagesArgs
+from ray_history_pulumi.images import REPOSITORY_ROOT, HistoryImages, HistoryImagesArgs
 from tests.unit.infra.conftest import EXCHANGES, MOCK_ACR_REFRESH_TOKEN
 from tests.unit.infra.mocks import (
     AWS_ACCOUNT,

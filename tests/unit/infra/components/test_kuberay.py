@@ -1,4 +1,4 @@
-"""infra/components/kuberay.py: the Helm release and its feature gates."""
+"""ray_history_pulumi/kuberay.py: the Helm release and its feature gates."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from infra.components.kuberay import (
+from ray_history_pulumi.kuberay import (
     CHART_DEFAULT_GATES,
     DEFAULT_KUBERAY_VERSION,
     HISTORY_SERVER_GATE,

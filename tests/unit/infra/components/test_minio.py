@@ -10,8 +10,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from infra.components.contracts import ServiceAccountRef
-from infra.components.minio import MinioHistoryStorage, MinioHistoryStorageArgs, bucket_job_script
+from ray_history_pulumi.contracts import ServiceAccountRef
+from ray_history_pulumi.minio import MinioHistoryStorage, MinioHistoryStorageArgs, bucket_job_script
 from tests.unit.infra.mocks import RecordingMocks, settled
 
 WRITERS = [ServiceAccountRef("ray", "ray-collector"), ServiceAccountRef("team-a", "ray-worker")]

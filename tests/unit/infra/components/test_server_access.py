@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import ray
 
-from infra.components.history_server import HistoryServerArgs
-from infra.components.server_access import OIDC_SECRET_DIR, POLICY_DIR, FrontDoor, OidcClient, ServerAccess
 from infra.config import ConfigError, parse_config
+from ray_history_pulumi.history_server import HistoryServerArgs
+from ray_history_pulumi.server_access import OIDC_SECRET_DIR, POLICY_DIR, FrontDoor, OidcClient, ServerAccess
 from runtime.server.auth.config import parse_auth
 from runtime.server.options import build_parser
 from tests.unit.infra.components.test_history_server import AZURE_WIRING, _by_kind, _deploy

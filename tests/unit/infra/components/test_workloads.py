@@ -1,4 +1,4 @@
-"""infra/components/workloads.py: writer service accounts per namespace."""
+"""ray_history_pulumi/workloads.py: writer service accounts per namespace."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 import pulumi
 import pytest
 
-from infra.components.contracts import IdentityWiring, StorageWiring
-from infra.components.workloads import RayWorkloadAccounts, RayWorkloadAccountsArgs
+from ray_history_pulumi.contracts import IdentityWiring, StorageWiring
+from ray_history_pulumi.workloads import RayWorkloadAccounts, RayWorkloadAccountsArgs
 from tests.unit.infra.mocks import RecordedResource, RecordingMocks
 from tests.unit.infra.schema_validation import validate_k8s
 

@@ -10,11 +10,11 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from pulumi_policy import EnforcementLevel, ResourceValidationArgs
 
-from infra.components.contracts import IdentityWiring, StorageWiring
-from infra.components.history_server import HistoryServerArgs, HistoryServerK8s
 from infra.examples.generate import EXAMPLE_PATH
 from infra.policy import rules
 from infra.policy.pack import PACK_NAME, build_policies
+from ray_history_pulumi.contracts import IdentityWiring, StorageWiring
+from ray_history_pulumi.history_server import HistoryServerArgs, HistoryServerK8s
 from tests.unit.infra.mocks import RecordedResource, RecordingMocks
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"

@@ -16,7 +16,7 @@ from typing import Literal
 import pulumi
 import pulumi_docker_build as docker_build
 
-from infra.components import acr_token
+from ray_history_pulumi import acr_token
 
 REPOSITORY_ROOT = str(Path(__file__).resolve().parents[2])
 IMAGE_NAMES = ("collector", "server")

@@ -13,7 +13,7 @@ from typing import Any
 
 import pulumi
 
-from infra.components.kubeconfig import exec_kubeconfig
+from ray_history_pulumi.kubeconfig import exec_kubeconfig
 
 #: GKE cluster names: a letter first, then letters, digits and '-', at most 40 characters
 #: (https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.clusters#Cluster).

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pulumi
 
-from infra.components.kubeconfig import exec_kubeconfig
+from ray_history_pulumi.kubeconfig import exec_kubeconfig
 
 #: EKS cluster names: 1-100 characters, a letter or digit first, then letters, digits, '-' and '_'
 #: (https://docs.aws.amazon.com/eks/latest/APIReference/API_CreateCluster.html#API_CreateCluster_RequestSyntax).

@@ -7,10 +7,10 @@ ARN + issuer URL, AKS the OIDC issuer URL and the kubelet identity (for AcrPull)
 per cloud; this one is the public surface.
 """
 
-from infra.components.aks_cluster import AKS_NAME, AKS_NAME_MAX, AksCluster, AksClusterArgs
-from infra.components.eks_cluster import EKS_NAME, EKS_NAME_MAX, EksCluster, EksClusterArgs
-from infra.components.gke_cluster import GKE_NAME, GKE_NAME_MAX, GkeCluster, GkeClusterArgs
-from infra.components.kubeconfig import exec_kubeconfig
+from ray_history_pulumi.aks_cluster import AKS_NAME, AKS_NAME_MAX, AksCluster, AksClusterArgs
+from ray_history_pulumi.eks_cluster import EKS_NAME, EKS_NAME_MAX, EksCluster, EksClusterArgs
+from ray_history_pulumi.gke_cluster import GKE_NAME, GKE_NAME_MAX, GkeCluster, GkeClusterArgs
+from ray_history_pulumi.kubeconfig import exec_kubeconfig
 
 __all__ = [
     "AKS_NAME",

@@ -17,13 +17,13 @@ from typing import Literal
 import pulumi
 import pulumi_azure_native as azure
 
-from infra.components.contracts import (
+from ray_history_pulumi.contracts import (
     SERVER_SERVICE_ACCOUNT,
     IdentityWiring,
     ServiceAccountRef,
     StorageWiring,
 )
-from infra.components.storage_common import storage_env, validate_common, writer_key
+from ray_history_pulumi.storage_common import storage_env, validate_common, writer_key
 
 #: Built-in role definition GUIDs (identical in every Azure tenant).
 BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"

@@ -18,13 +18,13 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.components.contracts import (
+from ray_history_pulumi.contracts import (
     SERVER_SERVICE_ACCOUNT,
     IdentityWiring,
     ServiceAccountRef,
     StorageWiring,
 )
-from infra.components.storage_common import storage_env, validate_common, writer_key
+from ray_history_pulumi.storage_common import storage_env, validate_common, writer_key
 
 #: Official MinIO server image (last community release published as an image; it includes ``mc``).
 DEFAULT_MINIO_IMAGE = "quay.io/minio/minio:RELEASE.2025-09-07T16-13-09Z"

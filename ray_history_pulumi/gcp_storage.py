@@ -16,13 +16,13 @@ from functools import partial
 import pulumi
 import pulumi_gcp as gcp
 
-from infra.components.contracts import (
+from ray_history_pulumi.contracts import (
     SERVER_SERVICE_ACCOUNT,
     IdentityWiring,
     ServiceAccountRef,
     StorageWiring,
 )
-from infra.components.storage_common import storage_env, validate_common, writer_key
+from ray_history_pulumi.storage_common import storage_env, validate_common, writer_key
 
 WRITER_ROLE = "roles/storage.objectUser"
 SERVER_ROLE = "roles/storage.objectViewer"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.components.contracts import IdentityWiring, StorageWiring
+from ray_history_pulumi.contracts import IdentityWiring, StorageWiring
 
 DEFAULT_WRITER_ACCOUNT = "ray-history-collector"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 
 if TYPE_CHECKING:
-    from infra.components.cloud_ingress import HistoryServerIngress
+    from ray_history_pulumi.cloud_ingress import HistoryServerIngress
 
 POLICY_DIR = "/etc/ray-history/policy"
 OIDC_SECRET_DIR = "/var/run/secrets/ray-history/oidc"  # noqa: S105 - a mount path

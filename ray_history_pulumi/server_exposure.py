@@ -1,7 +1,7 @@
 """How the history server is reached: its NetworkPolicy, the front door's objects, the Ingress.
 
-Split from :mod:`infra.components.history_server` (the workload); the decisions are pure in
-:mod:`infra.components.cloud_ingress` and :mod:`infra.components.server_access`, this module
+Split from :mod:`ray_history_pulumi.history_server` (the workload); the decisions are pure in
+:mod:`ray_history_pulumi.cloud_ingress` and :mod:`ray_history_pulumi.server_access`, this module
 only creates what they say.
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.components.cloud_ingress import HistoryServerIngress, IngressPlan
-from infra.components.server_access import ServerAccess
+from ray_history_pulumi.cloud_ingress import HistoryServerIngress, IngressPlan
+from ray_history_pulumi.server_access import ServerAccess
 
 #: The ConfigMap holding the ``static`` authorization policy.
 POLICY_CONFIG_MAP = "historyserver-authz-policy"

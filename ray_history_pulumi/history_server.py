@@ -1,7 +1,7 @@
 """The history server on Kubernetes: namespace, identity, RBAC, Deployment, Service, Ingress.
 
 Cloud-neutral: the bucket, its environment and the cloud identity arrive in a
-:class:`~infra.components.contracts.StorageWiring` from a storage component.
+:class:`~ray_history_pulumi.contracts.StorageWiring` from a storage component.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.components import server_exposure
-from infra.components.cloud_ingress import HistoryServerIngress, plan_ingress
-from infra.components.contracts import SERVER_SERVICE_ACCOUNT, StorageWiring
-from infra.components.server_access import REVIEW_RULES, ServerAccess
+from ray_history_pulumi import server_exposure
+from ray_history_pulumi.cloud_ingress import HistoryServerIngress, plan_ingress
+from ray_history_pulumi.contracts import SERVER_SERVICE_ACCOUNT, StorageWiring
+from ray_history_pulumi.server_access import REVIEW_RULES, ServerAccess
 from runtime.common.quantities import parse_quantity
 
 SERVICE_NAME = "historyserver"

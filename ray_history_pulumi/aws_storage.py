@@ -18,13 +18,13 @@ from typing import Any, Literal
 import pulumi
 import pulumi_aws as aws
 
-from infra.components.contracts import (
+from ray_history_pulumi.contracts import (
     SERVER_SERVICE_ACCOUNT,
     IdentityWiring,
     ServiceAccountRef,
     StorageWiring,
 )
-from infra.components.storage_common import storage_env, validate_common, writer_key
+from ray_history_pulumi.storage_common import storage_env, validate_common, writer_key
 
 IdentityMode = Literal["irsa", "pod-identity"]
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import pulumi
 
-from infra.components.contracts import ServiceAccountRef
+from ray_history_pulumi.contracts import ServiceAccountRef
 
 # Kubernetes object names (RFC 1123 labels for namespaces, subdomains for service accounts).
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
