@@ -15,6 +15,9 @@ from pathlib import Path
 
 SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "ray-samples" / "api"
 
+#: A gated answer is sent after this long even if the test never opens the gate.
+GATE_LIMIT = 120.0
+
 
 @dataclass
 class Reply:
@@ -22,6 +25,9 @@ class Reply:
     body: bytes = b""
     content_type: str = "application/json"
     delay: float = 0.0
+    #: Held until the test sets it: an answer in flight for as long as the test needs,
+    #: without guessing a delay.
+    gate: threading.Event | None = None
 
 
 @dataclass
@@ -83,6 +89,8 @@ class FakeDashboard:
                     fake.requests[-1] = (self.path, {k.lower(): v for k, v in self.headers.items()})
                 if reply.delay:
                     time.sleep(reply.delay)
+                if reply.gate is not None:
+                    reply.gate.wait(GATE_LIMIT)
                 try:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", reply.content_type)

@@ -8,6 +8,7 @@ every poll cycle is explicit; two tests run the real background thread.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -467,18 +468,28 @@ def test_in_flight_answer_after_stop_is_not_stored(tmp_path: Path, fake: FakeDas
     serve_defaults(fake)
     periodic = json.dumps({"applications": {"old": {}}}).encode()
     final = json.dumps(SERVE_APPS).encode()
-    fake.script(SERVE_URI, Reply(200, periodic, delay=2.0), Reply(200, final))
+    in_flight = threading.Event()  # the periodic answer is held until the test opens it
+    fake.script(SERVE_URI, Reply(200, periodic, gate=in_flight), Reply(200, final))
     rig = build(tmp_path, fake, real_clock=True, poll_interval=60.0)
     rig.recorder.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while fake.hits(SERVE_URI) == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
-    started = time.monotonic()
-    rig.recorder.stop(time.monotonic() + 3.0)  # waits ~1 s for the thread, then polls itself
-    assert time.monotonic() - started < 3.5
-    assert rig.stored(SERVE_URI) == final
+    assert fake.hits(SERVE_URI) == 1, "the periodic poll never asked"
+    # A safety valve far past stop()'s own budget: stop() must return while the
+    # periodic answer is still held, i.e. without waiting for it (no timing margin).
+    valve = threading.Timer(60.0, in_flight.set)
+    valve.start()
+    try:
+        rig.recorder.stop(time.monotonic() + 6.0)  # waits up to 2 s for the thread, then polls itself
+        assert not in_flight.is_set(), "stop() waited for the in-flight periodic answer"
+        assert rig.stored(SERVE_URI) == final
+    finally:
+        valve.cancel()
+        in_flight.set()  # the periodic answer arrives now, after stop()
     thread = rig.recorder._thread
     assert thread is not None
-    thread.join(5)
+    thread.join(60)
+    assert not thread.is_alive()
     assert rig.stored(SERVE_URI) == final  # the late periodic answer never overwrote it
     assert rig.stored(PLACEMENT_GROUPS_URI) is not None  # stored by the final poll
