@@ -30,10 +30,8 @@ class SessionLoadError(Exception):
 
 
 def json_response(body: bytes, status: int = 200) -> Response:
-    """A JSON answer of the history server's own (never a proxied one): ``nosniff``."""
-    response = Response(body, status=status, mimetype="application/json")
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    return response
+    """A JSON answer of the history server's own (never a proxied one)."""
+    return Response(body, status=status, mimetype="application/json")
 
 
 def json_error(status: int, msg: str, headers: dict[str, str] | None = None) -> Response:

@@ -51,7 +51,6 @@ bp = Blueprint("clusters", __name__)
 
 PICKER_HEADERS = {
     "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
     "Content-Security-Policy": (
         "default-src 'self'; script-src 'self'; style-src 'self'; connect-src 'self'; "
         "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
@@ -189,7 +188,6 @@ def enter_cluster(namespace: str, kind: str, name: str, session: str = LATEST) -
         }
         response = Response(orjson.dumps(body), mimetype="application/json")
     response.headers["Cache-Control"] = "no-store"
-    response.headers["X-Content-Type-Options"] = "nosniff"
     set_selection_cookies(response, selection, secure=services().config.secure_cookies)
     return response
 

@@ -95,7 +95,6 @@ def log_content(ctx: SessionContext, media_type: str) -> Response:
         data = tail_window(read, start, end, params.lines)
         body = filter_ansi(data) if params.filter_ansi else data
     response = Response(body, content_type=TEXT)
-    response.headers["X-Content-Type-Options"] = "nosniff"
     if params.download_filename:
         response.headers["Content-Disposition"] = content_disposition(params.download_filename, attachment=True)
     else:

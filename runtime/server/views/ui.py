@@ -82,7 +82,6 @@ def dashboard_build(app: Flask) -> Path | None:
 
 
 def _security_headers(response: Response) -> Response:
-    response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault("X-Frame-Options", "SAMEORIGIN")
     response.headers.setdefault("Referrer-Policy", "same-origin")
     return response

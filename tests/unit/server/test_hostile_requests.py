@@ -194,3 +194,34 @@ def test_leading_slashes_redirect_to_the_single_slash_path(
     status, headers, body = _get(_app(tmp_path), path, "localhost", query)
     assert (status, headers["Location"]) == (308, location)
     assert b"<html" not in body.lower()  # the picker is never served under a "//" base
+
+
+# ------------------------------------------------------------- nosniff
+@pytest.mark.parametrize(
+    ("path", "host", "status"),
+    [
+        ("/livez", None, 200),
+        ("/metrics", "localhost", 200),
+        ("/clusters", "localhost", 200),
+        ("/clusters", "attacker.example", 400),  # refused before any view
+        ("//clusters", "localhost", 308),
+        ("/api/jobs/", "localhost", 400),  # no selection cookie
+        ("/no/such/route", "localhost", 404),
+    ],
+)
+def test_every_answer_is_nosniff(tmp_path: Path, path: str, host: str | None, status: int) -> None:
+    answer_status, headers, _ = _get(_app(tmp_path), path, host)
+    assert answer_status == status
+    assert headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_proxied_answers_are_nosniff_too(tmp_path: Path) -> None:
+    """The head dashboard stand-in sends no X-Content-Type-Options: the server adds it."""
+    with upstream_server() as upstream:
+        directory = StaticLiveDirectory([LiveClusterURL("default", "live-demo", upstream.url)])
+        storage = StorageConfig(backend="local", local_dir=str(tmp_path / "store"), create_bucket=True)
+        app = create_app(ServerConfig(storage=storage, cache_dir=tmp_path / "cache", kubernetes="off"), live=directory)
+        with serve(app) as url:
+            answer = requests.get(f"{url}/api/version", cookies=live_cookies(), timeout=10)
+        assert answer.status_code == 200 and upstream.last().path == "/api/version"
+        assert answer.headers["X-Content-Type-Options"] == "nosniff"

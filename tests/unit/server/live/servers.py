@@ -19,6 +19,7 @@ from typing import Any, cast
 from flask import Flask
 from werkzeug.serving import make_server
 
+from runtime.server.app import install_nosniff
 from runtime.server.config import ServerConfig
 from runtime.server.context import EXTENSION, Services
 from runtime.server.errors import register_error_handlers
@@ -212,6 +213,7 @@ def make_app(config: ServerConfig, live: LiveDirectory) -> Flask:
         live=live,
         metrics=ServerMetrics(),
     )
+    install_nosniff(app)
     register_error_handlers(app)
     app.register_blueprint(health.bp)
     app.register_blueprint(ui.bp)
