@@ -16,7 +16,7 @@ from pathlib import Path
 from runtime.cli.api import ApiResponse, HistoryApi, Params
 from runtime.cli.errors import CliError, UsageError
 from runtime.server.config import ServerConfig
-from runtime.server.context import EXTENSION, Services
+from runtime.server.context import app_services
 from runtime.storage.config import StorageConfig
 from runtime.storage.errors import StorageConfigError, StorageError
 
@@ -54,7 +54,7 @@ class InProcessHistoryApi(HistoryApi):
             self._app = create_app(config)
         except StorageError as exc:
             raise CliError(f"storage is not usable: {exc}") from None
-        services: Services = self._app.extensions[EXTENSION]
+        services = app_services(self._app)
         self._store = services.store
         self.where = services.store.describe()
         self._client = self._app.test_client()

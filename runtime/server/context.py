@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from flask import Response, current_app, g, request
+from flask import Flask, Response, current_app, g, request
 
 from runtime.server.config import ServerConfig
 from runtime.server.live.proxy import proxy_request
@@ -42,9 +42,15 @@ class Services:
     metrics: ServerMetrics
 
 
-def services() -> Services:
-    found: Services = current_app.extensions[EXTENSION]
+def app_services(app: Flask) -> Services:
+    """The :class:`Services` of an app made by ``create_app`` (its store, indexes, metrics...)."""
+    found: Services = app.extensions[EXTENSION]
     return found
+
+
+def services() -> Services:
+    """The :class:`Services` of the app handling the current request."""
+    return app_services(current_app)
 
 
 @dataclass

@@ -15,7 +15,7 @@ import pytest
 
 from runtime.server.app import create_app
 from runtime.server.config import ServerConfig
-from runtime.server.context import EXTENSION
+from runtime.server.context import app_services
 from runtime.server.index.cache import IndexCache
 from runtime.server.index.locks import file_lock, lock_path, remove_lock_file
 from runtime.storage.base import Listing
@@ -67,7 +67,7 @@ def _made_up(sample: StoredSample, rng: random.Random) -> StoredSample:
 
 
 def _indexes(world: SampleApp) -> IndexCache:
-    indexes: IndexCache = world.app.extensions[EXTENSION].indexes
+    indexes: IndexCache = app_services(world.app).indexes
     return indexes
 
 

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 import requests
+from flask import Flask
 
 from runtime.server.config import LiveClusterURL
+from runtime.server.context import app_services
 from runtime.server.live.discovery import (
     LiveCluster,
     LiveDirectory,
@@ -57,8 +59,8 @@ def proxy(tmp_path: Path, upstream: Upstream) -> Iterator[tuple[str, requests.Se
         yield url, client
 
 
-def _proxied(app: object, outcome: str) -> float:
-    metrics = app.extensions["historyserver"].metrics  # type: ignore[attr-defined]
+def _proxied(app: Flask, outcome: str) -> float:
+    metrics = app_services(app).metrics
     value = metrics.registry.get_sample_value("historyserver_live_proxy_requests_total", {"outcome": outcome})
     return float(value or 0.0)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from runtime.server.context import app_services
 from runtime.server.live.discovery import NoLiveDirectory
 from tests.unit.server.live.servers import make_app, server_config
 
@@ -44,7 +45,7 @@ def test_readz_fails_when_the_cache_dir_is_unusable(tmp_path: Path) -> None:
 
 def test_metrics(tmp_path: Path) -> None:
     app = make_app(server_config(tmp_path), NoLiveDirectory())
-    metrics = app.extensions["historyserver"].metrics
+    metrics = app_services(app).metrics
     metrics.proxied.labels("forwarded").inc()
     answer = app.test_client().get("/metrics")
     assert answer.status_code == 200
