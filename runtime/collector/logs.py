@@ -145,7 +145,7 @@ class LogShipper:
             outcomes, left = self._state.run(jobs + plan.jobs, deadline)
             for prev in plan.dirs:
                 prune_prev_logs_dir(prev, self._tmp_root / PREV_LOGS)
-            failed = sum(o.status in ("failed", "changed") for o in outcomes)
+            failed = sum(o.status in ("failed", "changed", "replaced") for o in outcomes)
             complete = plan.complete and failed == 0 and left == 0 and (node is not None or self._session_dir is None)
         except Exception:
             logger.exception("log shipper: final upload failed")

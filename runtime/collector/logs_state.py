@@ -13,6 +13,7 @@ else is used by one thread at a time (the shipper's loop thread, then ``stop()``
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import threading
@@ -59,7 +60,9 @@ class Schedule:
 @dataclass(frozen=True)
 class Outcome:
     job: UploadJob
-    status: str  # shipped | vanished | changed | skipped | failed | refused (not the file listed)
+    # shipped | vanished | changed | skipped | failed | refused (a link on the way) |
+    # replaced (another regular file in its place since it was listed: a rotated log)
+    status: str
     started: float = 0.0
     error: BaseException | None = None
     uploaded: bool = False
@@ -170,6 +173,8 @@ class UploadState:
             except FileNotFoundError:
                 return Outcome(job, "vanished", now)
             except UnsafePathError as exc:
+                if exc.errno == errno.ESTALE:
+                    return Outcome(job, "replaced", now)  # listed afresh, then shipped, next pass
                 logger.warning("not shipping %s: %s", job.file.path, exc.strerror)
                 return Outcome(job, "refused", now)
             except Exception as exc:
@@ -226,6 +231,11 @@ class UploadState:
             if job.live:
                 gap = max(self._interval, min(MAX_UPLOAD_GAP, UPLOAD_GAP_FACTOR * outcome.seconds))
                 self._schedule[path] = Schedule(last_upload=outcome.started, gap=gap)
+        elif outcome.status == "replaced":
+            self._schedule.pop(path, None)  # the file now there is new: due at once
+            if job.live:
+                with self._lock:
+                    self._dirty.add(path)
         elif outcome.status in ("vanished", "refused"):
             self._schedule.pop(path, None)
             if outcome.status == "refused":

@@ -8,6 +8,7 @@ the old mtime put back."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -16,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from runtime.collector.log_files import iter_log_files, unlink_if_unchanged
-from tests.unit.collector.test_logs import NODE_A, SESSION_A, Env, holds, key, wait_for
+from runtime.collector.logs import LogShipper
+from runtime.collector.logs_prev import UploadJob
+from tests.unit.collector.test_logs import NODE_A, SESSION_A, Env, holds, key, metric, wait_for
 
 OLD = b"".join(b"old line %03d\n" % i for i in range(50))
 NEW = b"".join(b"NEW LINE %03d\n" % i for i in range(50))
@@ -102,3 +105,31 @@ def test_a_prev_logs_file_rewritten_since_its_listing_is_not_deleted(tmp_path: P
     assert path.read_bytes() == NEW
     (relisted,) = iter_log_files(logs, tmp_path)
     assert unlink_if_unchanged(relisted) is True and not path.exists()
+
+
+def test_a_log_rotated_between_its_check_and_its_upload_is_shipped_afresh(
+    env: Env, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The upload opens the file listed (same inode) and finds a new one in its place:
+    not a hostile swap to report and count as skipped, but a rotation. The new file is
+    listed afresh and shipped; the rotated one ships under its new name."""
+    path = env.logs / "raylet.out"
+    path.write_bytes(OLD)
+    rotated: list[Path] = []
+    check = LogShipper._live_job
+
+    def checked_then_rotated(self: LogShipper, file: Path, *args: str) -> UploadJob | None:
+        job = check(self, file, *args)
+        if job is not None and file == path and not rotated:
+            os.rename(path, env.logs / "raylet.out.1")
+            path.write_bytes(NEW)
+            rotated.append(file)
+        return job
+
+    monkeypatch.setattr(LogShipper, "_live_job", checked_then_rotated)
+    env.shipper(upload_interval=0.2, rescan_interval=1.0).start()
+    wait_for(lambda: rotated, what="the rotation")
+    wait_for(holds(env.store, key(SESSION_A, NODE_A, "raylet.out.1"), OLD), what="the rotated file")
+    wait_for(holds(env.store, key(SESSION_A, NODE_A, "raylet.out"), NEW), what="the new file")
+    assert metric(env.metrics, "log_files_skipped_total") == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "raylet.out" in r.getMessage()]
