@@ -17,7 +17,7 @@ from runtime.collector.log_files import UnsafePathError, iter_log_files, open_lo
 from runtime.collector.logs import LogShipper
 from runtime.collector.logs_prev import UploadJob
 from runtime.collector.session_files import node_id_from_session_dir
-from tests.unit.collector.test_logs import (
+from tests.unit.collector.log_support import (
     NODE_A,
     NODE_B,
     SESSION_A,

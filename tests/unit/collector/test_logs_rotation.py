@@ -19,7 +19,7 @@ import pytest
 from runtime.collector.log_files import iter_log_files, unlink_if_unchanged
 from runtime.collector.logs import LogShipper
 from runtime.collector.logs_prev import UploadJob
-from tests.unit.collector.test_logs import NODE_A, SESSION_A, Env, holds, key, metric, wait_for
+from tests.unit.collector.log_support import NODE_A, SESSION_A, Env, holds, key, metric, wait_for
 
 OLD = b"".join(b"old line %03d\n" % i for i in range(50))
 NEW = b"".join(b"NEW LINE %03d\n" % i for i in range(50))
