@@ -63,7 +63,7 @@ demo: venv-demo
 	$(PY) -m runtime.quickstart --storage-dir $(STORAGE_DIR)
 
 test: venv node-deps system-deps
-	$(VENV)/bin/ruff check runtime ray_history_pulumi infra tests bench
+	$(VENV)/bin/ruff check runtime ray_history_pulumi infra pulumi-package tests bench
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(SITE_DIR)
@@ -73,9 +73,9 @@ test-fast: venv node-deps system-deps
 	$(VENV)/bin/pytest -m "not slow"
 
 lint: venv
-	$(VENV)/bin/ruff check runtime ray_history_pulumi infra tests bench
+	$(VENV)/bin/ruff check runtime ray_history_pulumi infra pulumi-package tests bench
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/ruff format --check runtime ray_history_pulumi infra tests bench
+	$(VENV)/bin/ruff format --check runtime ray_history_pulumi infra pulumi-package tests bench
 
 typecheck: venv
 	$(VENV)/bin/mypy
