@@ -20,9 +20,10 @@ from runtime.cli.archive import MANIFEST_NAME, Manifest, ManifestEntry, member_n
 from runtime.cli.errors import CliError
 from runtime.cli.progress import Advance, byte_progress
 from runtime.server.sessions import StoredSessions
-from runtime.storage.base import DEFAULT_CHUNK_SIZE, ObjectInfo, ObjectStore
+from runtime.storage.base import ObjectInfo, ObjectStore
 from runtime.storage.errors import ObjectNotFoundError
 from runtime.storage.layout import ClusterRef, KeyLayout
+from runtime.storage.streams import DEFAULT_CHUNK_SIZE
 
 
 @dataclass(frozen=True)

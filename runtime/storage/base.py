@@ -6,6 +6,7 @@ A backend implements a handful of primitives (``_put_stream``, ``_get_range``,
 not-found / missing-bucket / permanent / transient. This class adds everything
 callers rely on: key validation, one retry policy, one exception vocabulary, and
 the derived operations (tail reads, chunked streaming reads, file uploads).
+The byte-stream helpers these and the backends share are :mod:`runtime.storage.streams`.
 """
 
 from __future__ import annotations
@@ -30,14 +31,11 @@ from runtime.storage.errors import (
 )
 from runtime.storage.keys import validate_key, validate_prefix
 from runtime.storage.retry import RetryPolicy, TransientError
+from runtime.storage.streams import DEFAULT_CHUNK_SIZE, LimitedReader
 
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
-
-#: Chunk size for streamed uploads and downloads: large enough for throughput,
-#: small enough that a 2 GiB object moves with flat memory.
-DEFAULT_CHUNK_SIZE = 8 * 1024 * 1024
 
 
 class ErrorKind(enum.Enum):
@@ -125,7 +123,7 @@ class ObjectStore(ABC):
         logs): nothing is looked up by name again, so what was checked is sent."""
         fh.seek(0)
         size = os.fstat(fh.fileno()).st_size
-        limited = io.BufferedReader(_LimitedReader(fh, size), buffer_size=1024 * 1024)
+        limited = io.BufferedReader(LimitedReader(fh, size), buffer_size=1024 * 1024)
         self.put_stream(key, limited, size=size)
 
     def delete(self, key: str) -> None:
@@ -368,68 +366,6 @@ class ObjectStore(ABC):
 
 class _RangeNotSatisfiableError(Exception):
     """Internal: a ranged read started at or past the end of an existing object."""
-
-
-class _LimitedReader(io.RawIOBase):
-    """A read-only, seekable view of the first ``limit`` bytes of a file, so a log
-    that grows during its upload is uploaded exactly as long as it was stat'ed."""
-
-    def __init__(self, fh: BinaryIO, limit: int) -> None:
-        super().__init__()
-        self._fh = fh
-        self._limit = limit
-        self._base = fh.tell()
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._fh.tell() - self._base
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence == io.SEEK_SET:
-            target = offset
-        elif whence == io.SEEK_CUR:
-            target = self.tell() + offset
-        elif whence == io.SEEK_END:
-            target = self._limit + offset
-        else:
-            raise ValueError(f"invalid whence {whence}")
-        target = max(0, min(target, self._limit))
-        self._fh.seek(self._base + target)
-        return target
-
-    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        remaining = self._limit - self.tell()
-        if remaining <= 0:
-            return 0
-        view = memoryview(buffer)[: min(len(buffer), remaining)]
-        return self._fh.readinto(view)  # type: ignore[attr-defined,no-any-return]
-
-    def read(self, size: int = -1) -> bytes:
-        remaining = self._limit - self.tell()
-        if remaining <= 0:
-            return b""
-        if size is None or size < 0 or size > remaining:
-            size = remaining
-        return self._fh.read(size)
-
-
-def read_full(stream: BinaryIO, size: int) -> bytes:
-    """Up to ``size`` bytes, fewer only at end of stream: raw streams and pipes may
-    return short reads, which SDKs sizing chunks by one ``read()`` mistake for EOF."""
-    parts: list[bytes] = []
-    remaining = size
-    while remaining > 0:
-        chunk = stream.read(remaining)
-        if not chunk:
-            break
-        parts.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(parts)
 
 
 def _by_key(info: ObjectInfo) -> str:

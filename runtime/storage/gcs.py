@@ -20,11 +20,12 @@ import urllib3
 from google.auth import exceptions as auth_exceptions
 from google.auth.credentials import AnonymousCredentials
 
-from runtime.storage.base import ErrorKind, Listing, ObjectInfo, ObjectStore, read_full
+from runtime.storage.base import ErrorKind, Listing, ObjectInfo, ObjectStore
 from runtime.storage.errors import PermanentStorageError, StorageConfigError
 from runtime.storage.lean_imports import without_modules
 from runtime.storage.retry import RetryPolicy
 from runtime.storage.settings import SettingSource
+from runtime.storage.streams import read_full
 
 # The storage SDK speaks JSON over HTTP; google.api_core would load gRPC for nothing.
 with without_modules("grpc"):

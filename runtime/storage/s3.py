@@ -21,11 +21,12 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from urllib3 import exceptions as u3e
 
-from runtime.storage.base import DEFAULT_CHUNK_SIZE, ErrorKind, Listing, ObjectInfo, ObjectStore, read_full
+from runtime.storage.base import ErrorKind, Listing, ObjectInfo, ObjectStore
 from runtime.storage.errors import StorageConfigError
 from runtime.storage.keys import validate_key
 from runtime.storage.retry import RetryPolicy
 from runtime.storage.settings import SettingSource
+from runtime.storage.streams import DEFAULT_CHUNK_SIZE, read_full
 
 logger = logging.getLogger(__name__)
 
