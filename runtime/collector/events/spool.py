@@ -15,14 +15,15 @@ this batch wrote to it) and reopened in append mode on its next write. After a
 crash, ``resume`` finalises active files (open or closed by the cap alike),
 cutting a torn last line: a line without its newline belongs to a batch that was
 never acknowledged.
+
+This module holds the active files; the rotated ones (their names, gzip, recovery)
+are :mod:`runtime.collector.events.spool_files`.
 """
 
 from __future__ import annotations
 
-import gzip
 import logging
 import os
-import shutil
 import threading
 import time
 from collections import OrderedDict
@@ -31,34 +32,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.collector.events import spool_files
 from runtime.collector.events.parse import SpoolTarget
-from runtime.storage.session_keys import event_dir_parts, split_event_path
+from runtime.collector.events.spool_files import ACTIVE_SUFFIX, UNKNOWN_NODE, ReadyFile, ready_name
+from runtime.storage.session_keys import event_dir_parts
 
 logger = logging.getLogger(__name__)
 
-ACTIVE_SUFFIX = ".jsonl.open"
-READY_SUFFIX = ".jsonl"
-GZ_SUFFIX = ".jsonl.gz"
-UNKNOWN_NODE = "_unknown"
 DEFAULT_MAX_OPEN_FILES = 256
 CLOSED = -1
-
-
-@dataclass(frozen=True)
-class ReadyFile:
-    """A rotated spool file waiting for upload. ``node`` None = not known yet."""
-
-    path: Path
-    session: str
-    node: str | None
-    job: str | None
-    opened_ns: int
-    size: int
-    lines: int | None  # None when resumed after a restart (not counted again)
-
-    @property
-    def compressed(self) -> bool:
-        return self.path.name.endswith(GZ_SUFFIX)
 
 
 @dataclass
@@ -260,7 +242,7 @@ class Spool:
             active.path.unlink(missing_ok=True)
             self._account(0, -1)
             return
-        ready_path = active.path.with_name(active.path.name[: -len(ACTIVE_SUFFIX)] + READY_SUFFIX)
+        ready_path = ready_name(active.path)
         os.replace(active.path, ready_path)
         target = active.target
         self._on_ready(
@@ -277,26 +259,16 @@ class Spool:
         ready.path.unlink(missing_ok=True)
         with self._lock:
             self._account(-size, -1)
-        _prune_empty_dirs(ready.path.parent, self.dir)
+        spool_files.prune_empty_dirs(ready.path.parent, self.dir)
 
     def compress(self, ready: ReadyFile) -> ReadyFile:
-        """gzip a rotated file in place (``X.jsonl`` -> ``X.jsonl.gz``) via a temp file
-        and rename, so a crash leaves either the plain file or the finished .gz."""
+        """gzip a rotated file in place (see :func:`~runtime.collector.events.spool_files.compress`)."""
         if ready.compressed:
             return ready
-        gz_path = ready.path.with_name(ready.path.name[: -len(READY_SUFFIX)] + GZ_SUFFIX)
-        tmp = gz_path.with_name(gz_path.name + ".tmp")
-        with open(ready.path, "rb") as src, open(tmp, "wb") as raw:
-            with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
-                shutil.copyfileobj(src, gz, 1024 * 1024)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp, gz_path)
-        ready.path.unlink()
-        gz_size = gz_path.stat().st_size
+        compressed = spool_files.compress(ready)
         with self._lock:
-            self._account(gz_size - ready.size)
-        return ReadyFile(gz_path, ready.session, ready.node, ready.job, ready.opened_ns, gz_size, ready.lines)
+            self._account(compressed.size - ready.size)
+        return compressed
 
     # --------------------------------------------------------------- resume
     def resume(self) -> list[ReadyFile]:
@@ -311,7 +283,8 @@ class Spool:
                 if name.endswith(".tmp"):
                     path.unlink(missing_ok=True)
                     continue
-                if Path(dirpath).is_relative_to(self.dir) and (found := self._recover(path)) is not None:
+                found = spool_files.recover(path, self.dir) if Path(dirpath).is_relative_to(self.dir) else None
+                if found is not None:
                     ready.append(found)
                     used += found.size
                     files += 1
@@ -322,40 +295,6 @@ class Spool:
         if ready:
             logger.info("resuming %d spooled event files (%d bytes) from a previous run", len(ready), used)
         return sorted(ready, key=lambda r: r.opened_ns)
-
-    def _recover(self, path: Path) -> ReadyFile | None:
-        name = path.name
-        if name.endswith(ACTIVE_SUFFIX):
-            _cut_torn_tail(path)
-            ready_path = path.with_name(name[: -len(ACTIVE_SUFFIX)] + READY_SUFFIX)
-            os.replace(path, ready_path)
-            path, name = ready_path, ready_path.name
-        if name.endswith(GZ_SUFFIX):
-            stem = name[: -len(GZ_SUFFIX)]
-            path.with_name(stem + READY_SUFFIX).unlink(missing_ok=True)  # superseded by its .gz
-        elif name.endswith(READY_SUFFIX):
-            stem = name[: -len(READY_SUFFIX)]
-            if path.with_name(stem + GZ_SUFFIX).exists():
-                return None  # the .gz twin is the one to send
-        else:
-            return None
-        target = self._target_from_path(path)
-        if target is None or not stem.isdigit():
-            logger.warning("ignoring unexpected file in the event spool: %s", path)
-            return None
-        size = path.stat().st_size
-        if size == 0:
-            path.unlink()
-            return None
-        return ReadyFile(path, target.session, target.node, target.job, int(stem), size, None)
-
-    def _target_from_path(self, path: Path) -> SpoolTarget | None:
-        session, *rest = path.relative_to(self.dir).parts
-        found = split_event_path(rest)
-        if found is None:
-            return None
-        node, job, _name = found
-        return SpoolTarget(session, None if node == UNKNOWN_NODE else node, job)
 
     def close(self) -> None:
         """Rotate everything (used at shutdown, after the receiver stopped)."""
@@ -368,36 +307,3 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
-
-
-def _cut_torn_tail(path: Path) -> None:
-    """Truncate after the last newline: a partial line was never acknowledged."""
-    size = path.stat().st_size
-    if size == 0:
-        return
-    with open(path, "rb+") as fh:
-        step = 64 * 1024
-        end = size
-        while end > 0:
-            start = max(0, end - step)
-            fh.seek(start)
-            chunk = fh.read(end - start)
-            newline = chunk.rfind(b"\n")
-            if newline >= 0:
-                keep = start + newline + 1
-                if keep != size:
-                    logger.warning("cut %d bytes of an unacknowledged partial line from %s", size - keep, path)
-                    fh.truncate(keep)
-                return
-            end = start
-        logger.warning("dropping %s: no complete line", path)
-        fh.truncate(0)
-
-
-def _prune_empty_dirs(directory: Path, stop: Path) -> None:
-    while directory != stop and directory.is_relative_to(stop):
-        try:
-            directory.rmdir()
-        except OSError:
-            return
-        directory = directory.parent

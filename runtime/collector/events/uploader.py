@@ -16,7 +16,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from runtime.collector.events.spool import ReadyFile, Spool
+from runtime.collector.events.spool import Spool
+from runtime.collector.events.spool_files import ReadyFile
 from runtime.collector.metrics import CollectorMetrics
 from runtime.storage.base import ObjectStore
 from runtime.storage.errors import InvalidKeyError, StorageError

@@ -15,7 +15,8 @@ from pathlib import Path
 from runtime.collector.events.http_server import BoundedHTTPServer, ServerLimits
 from runtime.collector.events.quarantine import Quarantine
 from runtime.collector.events.receiver import EventReceiver
-from runtime.collector.events.spool import ReadyFile, Spool
+from runtime.collector.events.spool import Spool
+from runtime.collector.events.spool_files import ReadyFile
 from runtime.collector.metrics import CollectorMetrics
 
 NODE = "a" * 56

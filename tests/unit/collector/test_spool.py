@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from runtime.collector.events.parse import SpoolTarget
-from runtime.collector.events.spool import ReadyFile, Spool
+from runtime.collector.events.spool import Spool
+from runtime.collector.events.spool_files import ReadyFile
 
 NODE = "a" * 56
 S = "session_2026-11-22_01-58-29_266863_14332"

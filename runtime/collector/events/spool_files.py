@@ -1,0 +1,137 @@
+"""The event spool's files at rest: their names, a rotated file waiting for upload
+(:class:`ReadyFile`), gzip in place, and recovery after a crash.
+
+:mod:`runtime.collector.events.spool` writes the active files and rotates them
+into what this module reads; a file's place under the spool directory mirrors its
+stored key (``{session}/{node|_unknown}/node_events/{opened_ns}.jsonl`` or
+``.../job_events/{job}/...``), parsed by :mod:`runtime.storage.session_keys`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from runtime.collector.events.parse import SpoolTarget
+from runtime.storage.session_keys import split_event_path
+
+logger = logging.getLogger(__name__)
+
+ACTIVE_SUFFIX = ".jsonl.open"
+READY_SUFFIX = ".jsonl"
+GZ_SUFFIX = ".jsonl.gz"
+UNKNOWN_NODE = "_unknown"
+
+
+@dataclass(frozen=True)
+class ReadyFile:
+    """A rotated spool file waiting for upload. ``node`` None = not known yet."""
+
+    path: Path
+    session: str
+    node: str | None
+    job: str | None
+    opened_ns: int
+    size: int
+    lines: int | None  # None when resumed after a restart (not counted again)
+
+    @property
+    def compressed(self) -> bool:
+        return self.path.name.endswith(GZ_SUFFIX)
+
+
+def ready_name(active: Path) -> Path:
+    """The name an active file gets when it is rotated (``X.jsonl.open`` -> ``X.jsonl``)."""
+    return active.with_name(active.name[: -len(ACTIVE_SUFFIX)] + READY_SUFFIX)
+
+
+def compress(ready: ReadyFile) -> ReadyFile:
+    """gzip a rotated file in place (``X.jsonl`` -> ``X.jsonl.gz``) via a temp file
+    and rename, so a crash leaves either the plain file or the finished .gz."""
+    gz_path = ready.path.with_name(ready.path.name[: -len(READY_SUFFIX)] + GZ_SUFFIX)
+    tmp = gz_path.with_name(gz_path.name + ".tmp")
+    with open(ready.path, "rb") as src, open(tmp, "wb") as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+            shutil.copyfileobj(src, gz, 1024 * 1024)
+        raw.flush()
+        os.fsync(raw.fileno())
+    os.replace(tmp, gz_path)
+    ready.path.unlink()
+    gz_size = gz_path.stat().st_size
+    return ReadyFile(gz_path, ready.session, ready.node, ready.job, ready.opened_ns, gz_size, ready.lines)
+
+
+def recover(path: Path, cluster_dir: Path) -> ReadyFile | None:
+    """The file ``path`` (under ``cluster_dir``) as a file to upload after a restart:
+    an active one is finalised (its torn tail cut), a plain file with a .gz twin is
+    superseded by it; None for anything else (empty, unexpected: logged)."""
+    name = path.name
+    if name.endswith(ACTIVE_SUFFIX):
+        cut_torn_tail(path)
+        finished = ready_name(path)
+        os.replace(path, finished)
+        path, name = finished, finished.name
+    if name.endswith(GZ_SUFFIX):
+        stem = name[: -len(GZ_SUFFIX)]
+        path.with_name(stem + READY_SUFFIX).unlink(missing_ok=True)  # superseded by its .gz
+    elif name.endswith(READY_SUFFIX):
+        stem = name[: -len(READY_SUFFIX)]
+        if path.with_name(stem + GZ_SUFFIX).exists():
+            return None  # the .gz twin is the one to send
+    else:
+        return None
+    target = _target_from_path(path, cluster_dir)
+    if target is None or not stem.isdigit():
+        logger.warning("ignoring unexpected file in the event spool: %s", path)
+        return None
+    size = path.stat().st_size
+    if size == 0:
+        path.unlink()
+        return None
+    return ReadyFile(path, target.session, target.node, target.job, int(stem), size, None)
+
+
+def _target_from_path(path: Path, cluster_dir: Path) -> SpoolTarget | None:
+    session, *rest = path.relative_to(cluster_dir).parts
+    found = split_event_path(rest)
+    if found is None:
+        return None
+    node, job, _name = found
+    return SpoolTarget(session, None if node == UNKNOWN_NODE else node, job)
+
+
+def cut_torn_tail(path: Path) -> None:
+    """Truncate after the last newline: a partial line was never acknowledged."""
+    size = path.stat().st_size
+    if size == 0:
+        return
+    with open(path, "rb+") as fh:
+        step = 64 * 1024
+        end = size
+        while end > 0:
+            start = max(0, end - step)
+            fh.seek(start)
+            chunk = fh.read(end - start)
+            newline = chunk.rfind(b"\n")
+            if newline >= 0:
+                keep = start + newline + 1
+                if keep != size:
+                    logger.warning("cut %d bytes of an unacknowledged partial line from %s", size - keep, path)
+                    fh.truncate(keep)
+                return
+            end = start
+        logger.warning("dropping %s: no complete line", path)
+        fh.truncate(0)
+
+
+def prune_empty_dirs(directory: Path, stop: Path) -> None:
+    while directory != stop and directory.is_relative_to(stop):
+        try:
+            directory.rmdir()
+        except OSError:
+            return
+        directory = directory.parent
