@@ -1,0 +1,150 @@
+"""Whole-session retention: which stored sessions ``ray-history gc`` deletes.
+
+Pure: a listing of the bucket (and, optionally, the set of live RayClusters) in,
+one decision per session out. The bucket's own age rule deletes objects one by
+one, so a cluster running for months loses its early logs while still running
+and a finished session ends up half-deleted; here a session is kept or deleted
+whole, and only once it has *ended*:
+
+* a newer session of the same cluster exists in storage (Ray starts a new
+  session at every head start, and a cluster runs one session at a time), or
+* the live set is known and the cluster is not in it (its RayCluster is gone).
+
+The collector writes no "session ended" marker (at shutdown it rewrites the
+ordinary session marker), so there is no third rule. A session's end time is the
+newest modification time of any of its objects (marker included); it is deleted
+when that time lies strictly before the cutoff. Whatever cannot be shown to have
+ended -- the newest session of a live cluster, or of a cluster whose liveness is
+unknown -- is kept, however old its objects are.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from runtime.storage.base import ObjectInfo
+from runtime.storage.layout import ClusterRef, KeyLayout, SessionMarker, session_created_at
+from runtime.storage.session_keys import StoredObject, parse_key
+
+#: A live RayCluster as the Kubernetes API names it: (namespace, name).
+LiveKey = tuple[str, str]
+
+
+@dataclass
+class SessionRecord:
+    """What the listing says about one stored session."""
+
+    cluster: ClusterRef
+    session: str
+    #: Newest modification time of its objects: when it was last written to.
+    newest: datetime | None = None
+    objects: int = 0
+    bytes: int = 0
+    has_marker: bool = False
+
+    @property
+    def created_at(self) -> datetime | None:
+        """The start time its name carries (None for names without one)."""
+        return session_created_at(self.session)
+
+    def add(self, info: ObjectInfo) -> None:
+        self.objects += 1
+        self.bytes += info.size
+        if info.updated is not None and (self.newest is None or info.updated > self.newest):
+            self.newest = info.updated
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Keep or delete one session, and why (shown by ``--dry-run``)."""
+
+    record: SessionRecord
+    delete: bool
+    reason: str
+
+
+def summarise(layout: KeyLayout, infos: Iterable[ObjectInfo]) -> list[SessionRecord]:
+    """Fold a listing of the history and marker prefixes into one record per session.
+
+    Keys the layout does not build (another root, malformed names) are not anyone's
+    session and are left out: gc never touches them.
+    """
+    records: dict[tuple[ClusterRef, str], SessionRecord] = {}
+    for info in infos:
+        parsed = parse_key(layout, info.key)
+        if not isinstance(parsed, SessionMarker | StoredObject):
+            continue
+        key = (parsed.cluster, parsed.session)
+        record = records.get(key)
+        if record is None:
+            record = records[key] = SessionRecord(parsed.cluster, parsed.session)
+        record.add(info)
+        if isinstance(parsed, SessionMarker):
+            record.has_marker = True
+    return sorted(records.values(), key=_order)
+
+
+def select(
+    records: Iterable[SessionRecord], *, cutoff: datetime, live: Collection[LiveKey] | None = None
+) -> list[Decision]:
+    """One decision per session: delete exactly those that ended before ``cutoff``.
+
+    ``live`` is the set of live RayClusters, or None when liveness was not checked
+    (then only a newer session proves that one has ended).
+    """
+    by_cluster: dict[ClusterRef, list[SessionRecord]] = defaultdict(list)
+    for record in records:
+        by_cluster[record.cluster].append(record)
+    decisions: list[Decision] = []
+    for cluster in sorted(by_cluster, key=_cluster_order):
+        sessions = sorted(by_cluster[cluster], key=_order)
+        for record in sessions:
+            ended = _ended_because(record, sessions, live)
+            decisions.append(
+                _decide(record, ended, cutoff) if ended else Decision(record, False, _why_kept(record, live))
+            )
+    return decisions
+
+
+def _ended_because(record: SessionRecord, sessions: list[SessionRecord], live: Collection[LiveKey] | None) -> str:
+    """Why ``record`` has certainly ended, or "" when it may still be running."""
+    started = record.created_at
+    if started is not None:
+        later = [s for s in sessions if (t := s.created_at) is not None and t > started]
+        if later:
+            successor = min(later, key=_order)
+            return f"ended: a newer session of the cluster exists ({successor.session})"
+    if live is not None and (record.cluster.namespace, record.cluster.name) not in live:
+        return f"ended: RayCluster {record.cluster.namespace}/{record.cluster.name} is not live"
+    return ""
+
+
+def _decide(record: SessionRecord, ended: str, cutoff: datetime) -> Decision:
+    if record.newest is None:
+        return Decision(record, False, f"{ended}, but the storage reports no modification times")
+    last = f"last written {record.newest.isoformat(timespec='seconds')}"
+    if record.newest < cutoff:
+        return Decision(record, True, f"{ended}; {last}, before the cutoff")
+    return Decision(record, False, f"{ended}; {last}, within the retention period")
+
+
+def _why_kept(record: SessionRecord, live: Collection[LiveKey] | None) -> str:
+    """Why a session that has not provably ended is kept."""
+    if record.created_at is None:
+        return "may be running: its name carries no start time, so no newer session can end it"
+    if live is None:
+        return "may be running: the newest session of its cluster, whose liveness was not checked"
+    return "running: the newest session of a live RayCluster"
+
+
+def _cluster_order(cluster: ClusterRef) -> tuple[str, str, str, str]:
+    return (cluster.namespace, cluster.name, cluster.owner_kind, cluster.owner_name)
+
+
+def _order(record: SessionRecord) -> tuple[tuple[str, str, str, str], bool, datetime | None, str]:
+    created = record.created_at
+    # Sessions without a start time sort first: never "newer" than anything.
+    return (_cluster_order(record.cluster), created is not None, created, record.session)
