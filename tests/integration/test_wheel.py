@@ -110,7 +110,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
             (source / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, source / rel)
     # With build isolation, as `pip wheel .` runs for a user: the venv's own setuptools cannot
-    # build it (ensurepip's 65.x, below the declared setuptools>=68, has no bdist_wheel without
+    # build it (ensurepip's 65.x, below the declared setuptools>=77, has no bdist_wheel without
     # the `wheel` package). Isolation costs seconds: setuptools comes from the pip cache.
     checked([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(root / "dist"), str(source)], root, 300)
     (wheel,) = (root / "dist").glob("ray_history_server-*.whl")
@@ -157,6 +157,7 @@ def test_wheel_holds_the_packages_and_nothing_else(built: Built) -> None:
         assert f"{script} = {target}" in entry_points
     metadata = Parser().parsestr(built.read(f"{dist_info}/METADATA").decode())
     assert set(metadata.get_all("Provides-Extra") or []) == set(project["optional-dependencies"])
+    assert metadata["License-Expression"] == project["license"] == "Apache-2.0"
 
 
 def test_packages_import_from_the_venv(venv: Venv) -> None:
