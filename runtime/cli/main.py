@@ -4,8 +4,13 @@ Query commands (``clusters``, ``jobs``, ``tasks``, ``logs``) ask a history serve
 (``--server``, env ``RAY_HISTORY_SERVER``, default http://localhost:8080) or, with
 the storage flags of the collector and the server, read the bucket directly
 through the server's own code in-process. ``export`` / ``import`` move one
-session between buckets as a tar(.gz) with a manifest. ``quickstart`` is the
-local demo (``runtime.quickstart``).
+session between buckets as a tar(.gz) with a manifest. ``gc`` deletes whole
+sessions that ended before a cutoff. ``quickstart`` is the local demo
+(``runtime.quickstart``).
+
+The modules behind the query and transfer commands use ``rich`` (the ``[cli]``
+extra) and are imported when one of them runs, so ``gc`` also works where only the
+``[server]`` extra is installed (the history server's image runs it as a CronJob).
 
 Exit status: 0 done, 1 not found / unreachable / damaged, 2 usage error, 130 Ctrl-C.
 """
@@ -21,12 +26,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import TypeAlias
 
-from runtime.cli import commands
+from runtime.cli import gc
 from runtime.cli.api import HistoryApi
 from runtime.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, CliError, UsageError
 from runtime.cli.filters import parse_filter
 from runtime.cli.target import add_target_arguments, namespace
-from runtime.cli.transfer import run_export, run_import
 from runtime.common.settings import Checked
 from runtime.common.validators import positive_int, whole_number
 from runtime.storage.config import add_storage_arguments
@@ -64,10 +68,27 @@ def _add_source(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="plain JSON on stdout instead of a table")
 
 
-def _query(run: Callable[[HistoryApi, argparse.Namespace], int]) -> Handler:
+def _query(name: str) -> Handler:
+    """The query command ``name`` of :mod:`runtime.cli.commands` (imported when it runs)."""
+
     def handler(args: argparse.Namespace) -> int:
+        from runtime.cli import commands
+
+        run: Callable[[HistoryApi, argparse.Namespace], int] = getattr(commands, name)
         with open_api(args) as api:
             return run(api, args)
+
+    return handler
+
+
+def _transfer(name: str) -> Handler:
+    """``run_export`` / ``run_import`` of :mod:`runtime.cli.transfer` (imported when it runs)."""
+
+    def handler(args: argparse.Namespace) -> int:
+        from runtime.cli import transfer
+
+        run: Handler = getattr(transfer, name)
+        return run(args)
 
     return handler
 
@@ -148,6 +169,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     _add_query_commands(subparsers)
     _add_logs_command(subparsers)
     _add_transfer_commands(subparsers)
+    _add_gc_command(subparsers)
     wanted = next((a for a in argv if not a.startswith("-")), None) == "quickstart"
     _add_quickstart(subparsers, wanted)
     return parser
@@ -162,13 +184,13 @@ def _add_query_commands(subparsers: Subparsers) -> None:
     _add_source(p)
     p.add_argument("-n", "--namespace", type=namespace, help="only this namespace")
     p.add_argument("--name", help="only this cluster (or RayJob/RayService) name")
-    p.set_defaults(handler=_query(commands.clusters))
+    p.set_defaults(handler=_query("clusters"))
 
     p = subparsers.add_parser("jobs", help="a session's jobs and their statuses")
     add_target_arguments(p)
     _add_common(p)
     _add_source(p)
-    p.set_defaults(handler=_query(commands.jobs))
+    p.set_defaults(handler=_query("jobs"))
 
     p = subparsers.add_parser("tasks", help="a session's tasks, filtered like /api/v0/tasks")
     add_target_arguments(p)
@@ -191,7 +213,7 @@ def _add_query_commands(subparsers: Subparsers) -> None:
         default=None,
         help="leave out driver tasks (the server's default); --no-exclude-driver includes them",
     )
-    p.set_defaults(handler=_query(commands.tasks))
+    p.set_defaults(handler=_query("tasks"))
 
 
 def _add_logs_command(subparsers: Subparsers) -> None:
@@ -217,7 +239,7 @@ def _add_logs_command(subparsers: Subparsers) -> None:
     p.add_argument(
         "-f", "--follow", action="store_true", help="follow a live session's log; a stored one prints and exits"
     )
-    p.set_defaults(handler=_query(commands.logs))
+    p.set_defaults(handler=_query("logs"))
 
 
 def _add_transfer_commands(subparsers: Subparsers) -> None:
@@ -228,7 +250,7 @@ def _add_transfer_commands(subparsers: Subparsers) -> None:
     p.add_argument("-o", "--output", type=Path, required=True, metavar="FILE.tar[.gz]", help="archive to write")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
-    p.set_defaults(handler=run_export)
+    p.set_defaults(handler=_transfer("run_export"))
 
     p = subparsers.add_parser("import", help="an exported archive into storage (verified, idempotent)")
     p.add_argument("archive", type=Path, metavar="FILE", help="an archive written by ray-history export")
@@ -237,7 +259,23 @@ def _add_transfer_commands(subparsers: Subparsers) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace objects that exist with different content")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
-    p.set_defaults(handler=run_import)
+    p.set_defaults(handler=_transfer("run_import"))
+
+
+def _add_gc_command(subparsers: Subparsers) -> None:
+    help_text = "delete whole stored sessions that ended before a cutoff (never one still running)"
+    p = subparsers.add_parser(
+        "gc",
+        help=help_text,
+        description="Delete whole stored sessions that ended before a cutoff, never one still running. "
+        "A session has ended when a newer session of its cluster is stored or, with --live-check kubernetes, "
+        "when its RayCluster is gone; it is deleted when its newest object is older than --older-than. "
+        "--dry-run says why each session is kept or deleted.",
+    )
+    _add_common(p)
+    add_storage_arguments(p)
+    gc.add_arguments(p)
+    p.set_defaults(handler=gc.run)
 
 
 def _configure_logging(verbose: int) -> None:

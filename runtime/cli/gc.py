@@ -1,0 +1,235 @@
+"""``ray-history gc``: delete whole sessions that ended before a cutoff.
+
+Which sessions have ended is decided by :mod:`runtime.storage.retention` from one
+listing of the bucket (and, with ``--live-check kubernetes``, the live RayClusters);
+this module lists, deletes and reports. A session's objects go first and its
+marker last, so a run that stops midway leaves a session that is still listed,
+still ended and still old: the next run finishes it.
+
+No ``rich`` here (nor in what ``main`` imports for it): the CronJob runs this with
+the history server's image, which installs the ``[server]`` extra only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from runtime.cli.errors import CliError, UsageError
+from runtime.common.durations import parse_duration
+from runtime.common.settings import Checked
+from runtime.storage.base import ObjectInfo, ObjectStore
+from runtime.storage.config import StorageConfig, open_store
+from runtime.storage.errors import PermanentStorageError, StorageConfigError, StorageError
+from runtime.storage.layout import KeyLayout
+from runtime.storage.retention import Decision, SessionRecord, select, summarise
+
+logger = logging.getLogger(__name__)
+
+LIVE_CHECKS = ("none", "kubernetes")
+#: Deletes in flight per session: object stores delete one key per request.
+DELETE_WORKERS = 8
+_DAYS = re.compile(r"(\d+(?:\.\d+)?)d")
+_BARE_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def parse_age(text: str) -> float:
+    """Seconds in ``30d``, ``1d12h``, ``36h``, ``90m``: a Go duration with an optional
+    leading day count. A bare number is refused: ``30`` could mean days or seconds."""
+    value = text.strip()
+    days = _DAYS.match(value)
+    rest = value[days.end() :] if days else value
+    if _BARE_NUMBER.fullmatch(rest):
+        raise ValueError("give a unit, e.g. 30d, 12h or 90m")
+    seconds = (float(days.group(1)) * 86400 if days else 0.0) + (parse_duration(rest) if rest or not days else 0.0)
+    if seconds <= 0:
+        raise ValueError("must be longer than zero")
+    return seconds
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``gc`` besides -v and the storage flags."""
+    parser.add_argument(
+        "--older-than",
+        action=Checked,
+        parse=parse_age,
+        required=True,
+        metavar="AGE",
+        help="delete sessions that ended and were last written longer ago than this (30d, 1d12h, 36h, 90m)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="say what would be deleted and why; delete nothing")
+    parser.add_argument(
+        "--live-check",
+        choices=LIVE_CHECKS,
+        default="none",
+        help="kubernetes: a cluster whose RayCluster is gone has ended all its sessions (needs list on "
+        "rayclusters.ray.io); none: only a newer session of the same cluster ends one",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="with --live-check kubernetes outside a pod: this kubeconfig (default $KUBECONFIG or ~/.kube/config)",
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object per session on stdout instead of a table")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    decision: Decision
+    action: str  # deleted | would delete | kept | failed
+    reason: str
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.kubeconfig and args.live_check != "kubernetes":
+        raise UsageError(f"--kubeconfig={args.kubeconfig} is for --live-check kubernetes")
+    try:
+        # Not runtime.cli.storage_source: that one loads the history server's app (Flask).
+        config = StorageConfig.from_args(args)
+    except StorageConfigError as exc:
+        raise UsageError(str(exc)) from None
+    cutoff = datetime.now(UTC) - timedelta(seconds=args.older_than)
+    try:
+        store = open_store(config)
+    except PermanentStorageError as exc:
+        raise CliError(f"storage is not usable: {exc}") from None
+    with store:
+        layout = config.layout
+        records = scan(store, layout)
+        # Listed after the bucket: a cluster deleted in between counts as live (kept),
+        # never the other way round.
+        live = None
+        if args.live_check == "kubernetes":
+            from runtime.cli.live_clusters import list_live_clusters
+
+            live = list_live_clusters(args.kubeconfig)
+        decisions = select(records, cutoff=cutoff, live=live)
+        outcomes = [_apply(store, layout, decision, cutoff, dry_run=args.dry_run) for decision in decisions]
+    _report(outcomes, cutoff, as_json=args.json)
+    failed = [o for o in outcomes if o.action == "failed"]
+    if failed:
+        raise CliError(f"{len(failed)} session(s) not deleted, see above; the next run retries them")
+    return 0
+
+
+def scan(store: ObjectStore, layout: KeyLayout) -> list[SessionRecord]:
+    """One record per stored session: its objects under ``cluster-history`` and its marker."""
+
+    def listing() -> Any:
+        yield from store.walk(layout.history_prefix())
+        yield from store.walk(layout.markers_prefix())
+
+    records = summarise(layout, listing())
+    logger.info("%d stored sessions in %s", len(records), store.describe())
+    return records
+
+
+def _apply(store: ObjectStore, layout: KeyLayout, decision: Decision, cutoff: datetime, *, dry_run: bool) -> Outcome:
+    if not decision.delete:
+        return Outcome(decision, "kept", decision.reason)
+    if dry_run:
+        return Outcome(decision, "would delete", decision.reason)
+    record = decision.record
+    try:
+        deleted = delete_session(store, layout, record, cutoff)
+    except _WrittenSinceScanError as exc:
+        return Outcome(decision, "kept", str(exc))
+    except StorageError as exc:
+        logger.warning("deleting %s %s failed: %s", _cluster_name(record), record.session, exc)
+        return Outcome(decision, "failed", f"{decision.reason}; deleting failed: {exc}")
+    logger.info("deleted %s %s: %d objects", _cluster_name(record), record.session, deleted)
+    return Outcome(decision, "deleted", decision.reason)
+
+
+class _WrittenSinceScanError(Exception):
+    """A session's object is newer than the cutoff: it was written after the scan."""
+
+
+def delete_session(store: ObjectStore, layout: KeyLayout, record: SessionRecord, cutoff: datetime) -> int:
+    """Delete every object of the session, then its marker; the number deleted.
+
+    The session is listed again first; if anything in it was written since the
+    scan (or has no time), nothing is deleted.
+    """
+    objects: list[ObjectInfo] = list(store.walk(layout.session_prefix(record.cluster, record.session)))
+    fresh = next((o for o in objects if o.updated is None or o.updated >= cutoff), None)
+    if fresh is not None:
+        raise _WrittenSinceScanError(f"kept: {fresh.key} was written after the cutoff (since the scan)")
+    with ThreadPoolExecutor(DELETE_WORKERS, thread_name_prefix="gc-delete") as pool:
+        for _ in pool.map(lambda info: store.delete(info.key), objects):
+            pass
+    # Last: while the marker exists the session is listed, and the next run finishes it.
+    store.delete(layout.marker_key(record.cluster, record.session))
+    return len(objects) + (1 if record.has_marker else 0)
+
+
+# ------------------------------------------------------------------ output
+def _cluster_name(record: SessionRecord) -> str:
+    cluster = record.cluster
+    owner = f" ({cluster.owner_kind} {cluster.owner_name})" if cluster.has_owner else ""
+    return f"{cluster.namespace}/{cluster.name}{owner}"
+
+
+def _when(value: datetime | None) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value is not None else "-"
+
+
+def _size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def outcome_json(outcome: Outcome, cutoff: datetime) -> dict[str, Any]:
+    record = outcome.decision.record
+    return {
+        "action": outcome.action,
+        "namespace": record.cluster.namespace,
+        "cluster": record.cluster.name,
+        "owner_kind": record.cluster.owner_kind,
+        "owner_name": record.cluster.owner_name,
+        "session": record.session,
+        "last_written": _when(record.newest),
+        "objects": record.objects,
+        "bytes": record.bytes,
+        "reason": outcome.reason,
+        "cutoff": _when(cutoff),
+    }
+
+
+def _report(outcomes: list[Outcome], cutoff: datetime, *, as_json: bool) -> None:
+    out = sys.stdout
+    if as_json:
+        for outcome in outcomes:
+            out.write(json.dumps(outcome_json(outcome, cutoff)) + "\n")
+    else:
+        header = ("ACTION", "CLUSTER", "SESSION", "LAST WRITTEN", "OBJECTS", "SIZE", "REASON")
+        rows = [header] + [
+            (
+                o.action,
+                _cluster_name(o.decision.record),
+                o.decision.record.session,
+                _when(o.decision.record.newest),
+                str(o.decision.record.objects),
+                _size(o.decision.record.bytes),
+                o.reason,
+            )
+            for o in outcomes
+        ]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+        for row in rows:
+            out.write("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + f"  {row[-1]}\n")
+    out.flush()
+    counts = {action: sum(1 for o in outcomes if o.action == action) for action in {o.action for o in outcomes}}
+    summary = ", ".join(f"{n} {action}" for action, n in sorted(counts.items())) or "no stored sessions"
+    sys.stderr.write(f"ray-history gc: {summary} (cutoff {_when(cutoff)})\n")
