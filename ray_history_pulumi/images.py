@@ -18,7 +18,9 @@ import pulumi_docker_build as docker_build
 
 from ray_history_pulumi import acr_token
 
-REPOSITORY_ROOT = str(Path(__file__).resolve().parents[2])
+#: The checkout this package sits in (``ray_history_pulumi/`` is at its root). Installed from
+#: the wheel there is no checkout: pass ``context`` (the directory holding ``images/``).
+REPOSITORY_ROOT = str(Path(__file__).resolve().parents[1])
 IMAGE_NAMES = ("collector", "server")
 ACR_PULL = "7f951dda-4ed3-4680-a7ca-43fe172d538d"  # built-in AcrPull role
 ACR_PUSH = "8311e382-0749-4cb8-b61a-304f252e45ec"  # built-in AcrPush role

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -36,6 +37,15 @@ def _refs(images: HistoryImages) -> pulumi.Output[list[str]]:
 
 def _builds(mocks: RecordingMocks) -> dict[str, dict[str, Any]]:
     return {r.name.rsplit("-", 1)[1]: r.inputs for r in mocks.of_type("docker-build:index:Image")}
+
+
+def test_the_default_build_context_is_this_checkout() -> None:
+    """The components moved once (infra/components -> ray_history_pulumi) and the root silently
+    became the checkout's parent: the context must hold the Dockerfiles the build names."""
+    checkout = Path(__file__).resolve().parents[4]
+    assert Path(REPOSITORY_ROOT) == checkout
+    for image in ("collector", "server"):
+        assert (Path(REPOSITORY_ROOT) / "images" / image / "Dockerfile").is_file()
 
 
 def _assert_build_inputs(build: dict[str, Any], image: str) -> None:
