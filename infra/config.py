@@ -25,6 +25,7 @@ from infra.config_model import (
     HistoryServerSettings,
     ImageSettings,
     KubeRaySettings,
+    RetentionSettings,
     StackConfig,
     StorageSettings,
     WorkloadSettings,
@@ -52,6 +53,7 @@ __all__ = [
     "HistoryServerSettings",
     "ImageSettings",
     "KubeRaySettings",
+    "RetentionSettings",
     "StackConfig",
     "StorageSettings",
     "WorkloadSettings",
@@ -115,6 +117,13 @@ def _storage(s: _Section) -> StorageSettings:
     return StorageSettings(
         bucket=bucket, root_dir=s.get("rootDir", str, "").strip("/"), force_destroy=s.get("forceDestroy", bool, False)
     )
+
+
+def _retention(s: _Section) -> RetentionSettings:
+    if s.raw.get("days") in (None, ""):
+        s.used.add("days")
+        return RetentionSettings()
+    return RetentionSettings(days=s.positive_int("days", 1))
 
 
 def _images(s: _Section) -> ImageSettings:
@@ -358,6 +367,7 @@ def parse_config(raw: Mapping[str, object]) -> StackConfig:
         create_cluster=root.get("createCluster", bool, False),
         cluster=_read_section(root, "cluster", _cluster) or ClusterSettings(),
         storage=_read_section(root, "storage", _storage) or StorageSettings(),
+        retention=_read_section(root, "retention", _retention) or RetentionSettings(),
         images=_read_section(root, "images", _images) or ImageSettings(),
         history_server=_read_section(root, "historyServer", _history_server) or HistoryServerSettings(),
         access=_read_section(root, "access", read_access) or default_access(),

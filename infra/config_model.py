@@ -45,6 +45,20 @@ class StorageSettings:
 
 
 @dataclass(frozen=True)
+class RetentionSettings:
+    """Whole-session retention: a daily CronJob running ``ray-history gc`` (docs/operations.md).
+
+    Attributes:
+        days: delete stored sessions that ended (were last written) more than this many days
+            ago, never one still running; empty = keep history forever. When set, the bucket's
+            own age rule (which deletes objects one by one, running sessions' too) is kept only
+            as a backstop at 3 times this.
+    """
+
+    days: int | None = None
+
+
+@dataclass(frozen=True)
 class ImageSettings:
     """The collector and history server images.
 
@@ -221,6 +235,7 @@ class StackConfig:
     create_cluster: bool = False
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
     images: ImageSettings = field(default_factory=ImageSettings)
     history_server: HistoryServerSettings = field(default_factory=HistoryServerSettings)
     access: ServerAccess = field(default_factory=ServerAccess)

@@ -15,6 +15,7 @@ import pulumi
 from infra.config import AzureSettings, ConfigError, StackConfig
 from infra.providers import existing_cluster_kubeconfig
 from ray_history_pulumi.contracts import ServiceAccountRef, StorageWiring
+from ray_history_pulumi.retention import backstop_days
 
 #: MinIO gets its own namespace: the history server's enforces the "restricted" Pod Security Standard.
 MINIO_NAMESPACE = "ray-history-minio"
@@ -171,6 +172,9 @@ def storage_for(
 ) -> StorageWiring:
     """The storage + identity component of the stack's cloud; returns its wiring."""
     bucket = config.storage.bucket or None
+    # With whole-session retention the bucket's age rule is only a backstop far beyond it.
+    days = config.retention.days
+    age_rule_days = backstop_days(days) if days else None
     if config.gcp is not None:
         from ray_history_pulumi.gcp_storage import GcsHistoryStorage, GcsHistoryStorageArgs
 
@@ -183,6 +187,7 @@ def storage_for(
                 server=server,
                 bucket_name=bucket,
                 root_dir=config.storage.root_dir,
+                retention_days=age_rule_days,
                 project_number=cluster.project_number,
                 force_destroy=config.storage.force_destroy,
                 workload_pool_ready=cluster.identity_ready,
@@ -205,6 +210,7 @@ def storage_for(
                 cluster_name=cluster.name,
                 bucket_name=bucket,
                 root_dir=config.storage.root_dir,
+                retention_days=age_rule_days,
                 force_destroy=config.storage.force_destroy,
             ),
             opts=on_cloud,
@@ -225,6 +231,7 @@ def storage_for(
                 location=config.azure.location,
                 container_name=bucket or "ray-historyserver",
                 root_dir=config.storage.root_dir,
+                retention_days=age_rule_days,
             ),
             opts=on_cloud,
         ).wiring

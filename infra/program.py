@@ -3,7 +3,9 @@
 ``cloud`` picks the storage + identity component (GCS, S3, Azure Blob, or MinIO on
 kind); everything on the Kubernetes side is the same for all four: the KubeRay
 operator with the ``RayClusterHistoryServer`` gate, the history server, and the
-writer service accounts Ray pods run as. Every resource gets an explicit provider.
+writer service accounts Ray pods run as, and with ``retention.days`` the CronJob deleting
+ended sessions (its account is a storage writer; the server's stays read-only). Every
+resource gets an explicit provider.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from infra.providers import cloud_provider, kubernetes_provider
 from ray_history_pulumi.contracts import SERVER_SERVICE_ACCOUNT, ServiceAccountRef, StorageWiring
 from ray_history_pulumi.history_server import SERVICE_PORT, HistoryServerArgs, HistoryServerK8s
 from ray_history_pulumi.kuberay import KubeRayOperator, KubeRayOperatorArgs
+from ray_history_pulumi.retention import RETENTION_SERVICE_ACCOUNT, SessionRetention, SessionRetentionArgs
 from ray_history_pulumi.server_access import ray_token_reader_roles
 from ray_history_pulumi.workloads import RayWorkloadAccounts, RayWorkloadAccountsArgs
 
@@ -39,6 +42,7 @@ class Deployment:
     workloads: RayWorkloadAccounts
     kuberay: KubeRayOperator | None
     outputs: dict[str, Any]
+    retention: SessionRetention | None = None
 
 
 def precreated_namespaces(config: StackConfig, on_k8s: pulumi.ResourceOptions) -> dict[str, k8s.core.v1.Namespace]:
@@ -118,6 +122,8 @@ def deploy(config: StackConfig | None = None) -> Deployment:
 
     server_account = ServiceAccountRef(config.namespace, SERVER_SERVICE_ACCOUNT)
     writers = [ServiceAccountRef(ns, config.workloads.service_account) for ns in config.workloads.namespaces]
+    # The retention job deletes: it is a writer (listed last: writers[0] is the collectors' account).
+    gc_account = ServiceAccountRef(config.namespace, RETENTION_SERVICE_ACCOUNT) if config.retention.days else None
     # On kind, MinIO copies its keys into the server's and the writers' namespaces, so
     # those namespaces are created here, before the storage, instead of by the components.
     namespaces = precreated_namespaces(config, on_k8s) if config.cloud == "kind" else {}
@@ -125,7 +131,7 @@ def deploy(config: StackConfig | None = None) -> Deployment:
         config,
         cluster,
         server=server_account,
-        writers=writers,
+        writers=[*writers, *([gc_account] if gc_account else [])],
         on_cloud=on_cloud,
         on_k8s=on_k8s,
         consumer_namespaces=list(namespaces.values()),
@@ -164,6 +170,22 @@ def deploy(config: StackConfig | None = None) -> Deployment:
     )
     if config.access.read_ray_tokens:
         grant_ray_token_reads(config, server_account, on_k8s, depends_on=[history_server])
+    retention = None
+    if config.retention.days:
+        retention = SessionRetention(
+            "retention",
+            SessionRetentionArgs(
+                image=images.server,  # has the ray-history script
+                wiring=wiring,
+                days=config.retention.days,
+                namespace=config.namespace,
+                cluster_role_name=f"{config.history_server.cluster_role_name}-gc",
+                image_pull_policy=config.images.pull_policy,
+                image_ready=image_builds,
+            ),
+            # The server component makes the namespace.
+            opts=pulumi.ResourceOptions.merge(on_k8s, pulumi.ResourceOptions(depends_on=[history_server])),
+        )
     workloads = RayWorkloadAccounts(
         "ray-workloads",
         RayWorkloadAccountsArgs(
@@ -199,7 +221,10 @@ def deploy(config: StackConfig | None = None) -> Deployment:
             wiring, images.collector, config.images.pull_policy, writers[0]
         ),
         "kuberayNamespace": config.kuberay.namespace if kuberay else None,
+        "retentionDays": config.retention.days,
     }
     for name, value in outputs.items():
         pulumi.export(name, value)
-    return Deployment(config, k8s_provider, cloud, cluster, wiring, history_server, workloads, kuberay, outputs)
+    return Deployment(
+        config, k8s_provider, cloud, cluster, wiring, history_server, workloads, kuberay, outputs, retention
+    )

@@ -138,6 +138,8 @@ class S3HistoryStorageArgs:
         bucket_name: explicit, globally unique bucket name; None auto-names from ``bucket_prefix``.
         bucket_prefix: prefix for the auto-generated name.
         retention_days: expire objects older than this many days; None keeps them forever.
+            Object by object, a running session's too: with whole-session retention
+            (:mod:`ray_history_pulumi.retention`) use it as a backstop, ``backstop_days(days)``.
         root_dir: key prefix inside the bucket (``STORAGE_ROOT_DIR``); "" = bucket root.
         kms_key_arn: encrypt with this KMS key (SSE-KMS) instead of SSE-S3 (AES256).
         force_destroy: let ``pulumi destroy`` delete a non-empty bucket.

@@ -59,6 +59,8 @@ class AzureBlobHistoryStorageArgs:
         container_name: blob container (``AZURE_STORAGE_CONTAINER``).
         role_scope: ``container`` (default, least privilege) or ``account``.
         retention_days: delete blobs not modified for this many days; None keeps them forever.
+            Object by object, a running session's too: with whole-session retention
+            (:mod:`ray_history_pulumi.retention`) use it as a backstop, ``backstop_days(days)``.
         root_dir: key prefix inside the container (``STORAGE_ROOT_DIR``); "" = container root.
         tags: tags on the account and identities.
     """

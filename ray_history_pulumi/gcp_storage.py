@@ -52,6 +52,8 @@ class GcsHistoryStorageArgs:
         server: the history server's service account (read-only).
         bucket_name: explicit, globally unique bucket name; None lets Pulumi auto-name it.
         retention_days: delete objects older than this many days; None keeps them forever.
+            Object by object, a running session's too: with whole-session retention
+            (:mod:`ray_history_pulumi.retention`) use it as a backstop, ``backstop_days(days)``.
         root_dir: key prefix inside the bucket (``STORAGE_ROOT_DIR``); "" = bucket root.
         project_number: the project's number if already known (e.g. ``GkeCluster.project_number``);
             None looks it up with ``gcp.organizations.get_project``.
