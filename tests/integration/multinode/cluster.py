@@ -1,0 +1,242 @@
+"""A two-node Ray 2.60 cluster in network namespaces, each node with its collector.
+
+Per node, as in a KubeRay pod: ``ray start`` (head or worker) with its own temp
+root, the collector configured only by the environment KubeRay >= 1.7 injects into
+the sidecar (``POD_IP``, ``FQ_RAY_IP``, ``RAY_ROLE``, ...), and between them the
+test's recorder (``recorder.py``), which notes every batch the collector answered.
+Both collectors write to one local storage directory; the history server reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from runtime.common.ray_export import event_export_env
+from runtime.storage.layout import ClusterRef, KeyLayout
+from tests.integration.multinode.netns import HEAD_IP, WORKER_IP, NsProcess, Topology, Tunnel, port_open
+from tests.integration.multinode.recorder import acknowledged
+from tests.integration.ray_harness import AUTH_ENV, RAY_BIN, wait_until
+
+GCS_PORT = 6379
+DASHBOARD_PORT = 8265
+EVENTS_PORT = 8084  # the collector's, as KubeRay injects it
+RECORDER_PORT = 18084  # Ray exports here; the recorder forwards to EVENTS_PORT
+ROOT_DIR = "hist"
+WORKLOADS = Path(__file__).with_name("workloads")
+
+
+def _base_env() -> dict[str, str]:
+    # Job entrypoints run "python ...": it must be this environment's, with Ray.
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    inherited = {name: value for name, value in os.environ.items() if name not in AUTH_ENV}
+    return {**inherited, "PATH": path, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
+
+
+@dataclass
+class Node:
+    """One "pod": a namespace, its Ray node, its collector and the recorder between them."""
+
+    role: str  # "head" or "worker"
+    ns: str
+    ip: str
+    workdir: Path
+    cluster: ClusterRef
+    bucket: Path
+    resources: dict[str, float]
+    tmp_root: Path = field(init=False)
+    ray: NsProcess | None = None
+    collector: NsProcess | None = None
+    recorder: NsProcess | None = None
+
+    def __post_init__(self) -> None:
+        # Unix socket paths are limited to ~107 bytes: keep the temp root short.
+        self.tmp_root = Path(tempfile.mkdtemp(prefix=f"rmn{self.role[0]}", dir="/tmp"))
+        self.records = self.workdir / f"{self.role}-batches.jsonl"
+
+    # ------------------------------------------------------------ collector
+    def collector_env(self) -> dict[str, str]:
+        """What KubeRay >= 1.7 puts in the collector sidecar, plus short test intervals."""
+        return {
+            **_base_env(),
+            "POD_IP": self.ip,
+            "FQ_RAY_IP": HEAD_IP,  # the head service's name; here its address (no DNS inside)
+            "RAY_DASHBOARD_PORT": str(DASHBOARD_PORT),
+            "RAY_ROLE": self.role,
+            "RAY_CLUSTER_NAME": self.cluster.name,
+            "RAY_CLUSTER_NAMESPACE": self.cluster.namespace,
+            "EVENTS_PORT": str(EVENTS_PORT),
+            "RAY_DASHBOARD_ADDRESS": f"http://{'localhost' if self.role == 'head' else HEAD_IP}:{DASHBOARD_PORT}",
+            "RAY_TMP_ROOT": str(self.tmp_root),
+            "STORAGE_BACKEND": "local",
+            "LOCAL_STORAGE_DIR": str(self.bucket),
+            "STORAGE_CREATE_BUCKET": "true",
+            "STORAGE_ROOT_DIR": ROOT_DIR,
+            "RAY_COLLECTOR_POLL_INTERVAL": "2s",
+            "RAY_COLLECTOR_LOG_UPLOAD_INTERVAL": "2s",
+            "RAY_COLLECTOR_EVENT_ROTATION_INTERVAL": "3s",
+            "LOG_LEVEL": "INFO",
+        }
+
+    def start_collector(self) -> None:
+        self.collector = NsProcess(
+            self.ns, [sys.executable, "-m", "runtime.collector.cli"], self.collector_env(),
+            self.workdir / f"{self.role}-collector.log",
+        ).start()  # fmt: skip
+        self.recorder = NsProcess(
+            self.ns,
+            [sys.executable, "-m", "tests.integration.multinode.recorder", str(RECORDER_PORT), str(EVENTS_PORT),
+             str(self.records)],
+            _base_env(), self.workdir / f"{self.role}-recorder.log",
+        ).start()  # fmt: skip
+        for port, proc in ((EVENTS_PORT, self.collector), (RECORDER_PORT, self.recorder)):
+            wait_until(partial(_listening, self.ns, port, proc), 60, f"port {port} in {self.ns}")
+
+    # ------------------------------------------------------------------ ray
+    def ray_env(self) -> dict[str, str]:
+        return {
+            **_base_env(),
+            **event_export_env(f"http://127.0.0.1:{RECORDER_PORT}/v1/events"),
+            # A lost node is declared dead in ~3 s instead of ~15 s.
+            "RAY_health_check_period_ms": "1000",
+            "RAY_health_check_timeout_ms": "1000",
+            "RAY_health_check_failure_threshold": "3",
+        }
+
+    def start_ray(self) -> None:
+        common = [
+            f"--node-ip-address={self.ip}", "--num-cpus=2", f"--resources={json.dumps(self.resources)}",
+            f"--temp-dir={self.tmp_root}", "--object-store-memory=150000000", "--disable-usage-stats", "--block",
+        ]  # fmt: skip
+        if self.role == "head":
+            args = [
+                "start", "--head", f"--port={GCS_PORT}", "--dashboard-host=0.0.0.0",
+                f"--dashboard-port={DASHBOARD_PORT}", "--include-dashboard=true", *common,
+            ]  # fmt: skip
+        else:
+            args = ["start", f"--address={HEAD_IP}:{GCS_PORT}", *common]
+        self.ray = NsProcess(
+            self.ns, [str(RAY_BIN), *args], self.ray_env(), self.workdir / f"{self.role}-ray-start.log"
+        ).start()  # fmt: skip
+
+    def stop_ray(self) -> None:
+        """``ray start --block`` stops its node on SIGTERM; whatever is left of the group goes too."""
+        if self.ray is not None:
+            self.ray.stop(signal.SIGTERM, timeout=30, group=True)
+
+    # ------------------------------------------------------------- evidence
+    def session_dir(self) -> Path:
+        return (self.tmp_root / "session_latest").resolve()
+
+    def acknowledged(self) -> dict[str, dict[str, object]]:
+        return acknowledged(self.records)
+
+    def shutdown_collector(self) -> int | None:
+        assert self.collector is not None
+        return self.collector.stop(signal.SIGTERM, timeout=60)
+
+    def cleanup(self) -> None:
+        for proc in (self.ray, self.collector, self.recorder):
+            if proc is not None:
+                proc.stop(signal.SIGKILL, timeout=10, group=True)
+
+
+def _listening(ns: str, port: int, proc: NsProcess) -> bool:
+    if not proc.running():
+        raise RuntimeError(f"{proc.cmd} in {ns} exited: {proc.log()[-3000:]}")
+    return port_open(ns, "127.0.0.1", port)
+
+
+class TwoNodeCluster:
+    """Head and worker "pods" on the topology's bridge; the dashboard reachable from the
+    test process through a tunnel."""
+
+    def __init__(self, topology: Topology, workdir: Path, bucket: Path, cluster: ClusterRef) -> None:
+        self.topology = topology
+        self.workdir = workdir
+        self.bucket = bucket
+        self.cluster = cluster
+        self.layout = KeyLayout(ROOT_DIR)
+        self.head = Node("head", topology.head, HEAD_IP, workdir, cluster, bucket, {"head_node": 100})
+        self.worker = Node("worker", topology.worker, WORKER_IP, workdir, cluster, bucket, {"worker_node": 100})
+        self.dashboard: Tunnel | None = None
+
+    @property
+    def dashboard_url(self) -> str:
+        assert self.dashboard is not None
+        return self.dashboard.url
+
+    def start(self) -> None:
+        self.head.start_collector()
+        self.worker.start_collector()
+        self.head.start_ray()
+        self.dashboard = Tunnel(self.topology.head, HEAD_IP, DASHBOARD_PORT, self.workdir).start()
+        wait_until(self._dashboard_up, 180, f"the head's dashboard (see {self.workdir}/head-ray-start.log)")
+        self.worker.start_ray()
+        wait_until(lambda: self.alive_nodes() == 2, 180, "two ALIVE nodes in /api/v0/nodes")
+
+    def _dashboard_up(self) -> bool:
+        assert self.head.ray is not None
+        if not self.head.ray.running():
+            raise RuntimeError(f"ray start on the head exited: {self.head.ray.log()[-3000:]}")
+        try:
+            return self.get("/api/version") is not None
+        except OSError:
+            return False
+
+    def get(self, path: str, timeout: float = 30) -> Any:
+        with urllib.request.urlopen(f"{self.dashboard_url}{path}", timeout=timeout) as resp:  # noqa: S310
+            return json.loads(resp.read())
+
+    def get_text(self, path: str, timeout: float = 30) -> str:
+        with urllib.request.urlopen(f"{self.dashboard_url}{path}", timeout=timeout) as resp:  # noqa: S310
+            return str(resp.read().decode("utf-8", "replace"))
+
+    def alive_nodes(self) -> int:
+        nodes = self.get("/api/v0/nodes?limit=100")["data"]["result"]["result"]
+        return sum(1 for n in nodes if n["state"] == "ALIVE")
+
+    def node_ids(self) -> dict[str, str]:
+        """IP -> node ID of every node the head's dashboard lists (Ray's own view, not the collector's)."""
+        nodes = self.get("/api/v0/nodes?limit=100")["data"]["result"]["result"]
+        return {str(n["node_ip"]): str(n["node_id"]) for n in nodes}
+
+    def submit(self, script: str, submission_id: str) -> None:
+        """``ray job submit --no-wait`` of ``workloads/{script}`` from the root namespace, through the tunnel."""
+        subprocess.run(
+            [str(RAY_BIN), "job", "submit", "--address", self.dashboard_url, "--submission-id", submission_id,
+             "--working-dir", str(WORKLOADS), "--no-wait", "--", "python", script],
+            env=_base_env(), check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+
+    def job_status(self, submission_id: str) -> str:
+        return str(self.get(f"/api/jobs/{submission_id}")["status"])
+
+    def wait_job(self, submission_id: str, timeout: float = 300) -> str:
+        wait_until(
+            lambda: self.job_status(submission_id) in ("SUCCEEDED", "FAILED", "STOPPED"), timeout,
+            f"job {submission_id}", interval=1.0,
+        )  # fmt: skip
+        return self.job_status(submission_id)
+
+    def cluster_prefix(self) -> Path:
+        return self.bucket / self.layout.cluster_prefix(self.cluster)
+
+    def cleanup(self) -> None:
+        if self.dashboard is not None:
+            self.dashboard.close()
+        for node in (self.worker, self.head):
+            node.cleanup()
+        for node in (self.worker, self.head):
+            self.topology.kill_all(node.ns)  # anything Ray left behind in the "pod"
+            shutil.rmtree(node.tmp_root, ignore_errors=True)
