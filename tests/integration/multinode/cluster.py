@@ -34,6 +34,7 @@ EVENTS_PORT = 8084  # the collector's, as KubeRay injects it
 RECORDER_PORT = 18084  # Ray exports here; the recorder forwards to EVENTS_PORT
 ROOT_DIR = "hist"
 WORKLOADS = Path(__file__).with_name("workloads")
+CLUSTER = ClusterRef(namespace="default", name="raycluster-two-nodes")
 
 
 def _base_env() -> dict[str, str]:
@@ -240,3 +241,20 @@ class TwoNodeCluster:
         for node in (self.worker, self.head):
             self.topology.kill_all(node.ns)  # anything Ray left behind in the "pod"
             shutil.rmtree(node.tmp_root, ignore_errors=True)
+
+
+def compare_logs(local: Path, stored: Path, before: float) -> tuple[int, int, int]:
+    """Every file under ``local`` last written before ``before`` is stored with the same
+    bytes; returns (files, bytes on disk, bytes in storage)."""
+    files = on_disk = in_storage = 0
+    for path in sorted(local.rglob("*")):
+        if not path.is_file() or path.stat().st_mtime >= before:
+            continue  # written after the collector was told to stop
+        remote = stored / path.relative_to(local)
+        assert remote.is_file(), f"log {path} not shipped"
+        data = path.read_bytes()
+        assert remote.read_bytes() == data, f"log {path} stored with {remote.stat().st_size} of {len(data)} bytes"
+        files += 1
+        on_disk += len(data)
+        in_storage += remote.stat().st_size
+    return files, on_disk, in_storage

@@ -1,12 +1,14 @@
 """The namespaces every multinode scenario shares (one set per test session, unique
-names), removed again even when a test fails."""
+names) and a fresh two-node cluster per test, removed again even when a test fails."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.integration.multinode.cluster import CLUSTER, TwoNodeCluster
 from tests.integration.multinode.netns import Topology, new_topology, unavailable_reason
 from tests.integration.ray_harness import ray_available
 
@@ -24,3 +26,13 @@ def topology() -> Iterator[Topology]:
         yield topo
     finally:
         topo.destroy()
+
+
+@pytest.fixture
+def cluster(topology: Topology, tmp_path: Path) -> Iterator[TwoNodeCluster]:
+    built = TwoNodeCluster(topology, tmp_path, tmp_path / "bucket", CLUSTER)
+    try:
+        built.start()
+        yield built
+    finally:
+        built.cleanup()

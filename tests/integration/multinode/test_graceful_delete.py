@@ -9,48 +9,16 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from runtime.storage.layout import ClusterRef
-from tests.integration.multinode.cluster import TwoNodeCluster
-from tests.integration.multinode.netns import Topology
+from tests.integration.multinode.cluster import CLUSTER, TwoNodeCluster, compare_logs
 from tests.integration.ray_harness import stored_events, unique_id
 from tests.integration.server.harness import HistoryServerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.multinode, pytest.mark.slow]
-
-CLUSTER = ClusterRef(namespace="default", name="raycluster-two-nodes")
-
-
-@pytest.fixture
-def cluster(topology: Topology, tmp_path: Path) -> Iterator[TwoNodeCluster]:
-    built = TwoNodeCluster(topology, tmp_path, tmp_path / "bucket", CLUSTER)
-    try:
-        built.start()
-        yield built
-    finally:
-        built.cleanup()
-
-
-def compare_logs(local: Path, stored: Path, before: float) -> tuple[int, int, int]:
-    """Every file under ``local`` last written before ``before`` is stored with the same
-    bytes; returns (files, bytes on disk, bytes in storage)."""
-    files = on_disk = in_storage = 0
-    for path in sorted(local.rglob("*")):
-        if not path.is_file() or path.stat().st_mtime >= before:
-            continue  # written after the collector was told to stop
-        remote = stored / path.relative_to(local)
-        assert remote.is_file(), f"log {path} not shipped"
-        data = path.read_bytes()
-        assert remote.read_bytes() == data, f"log {path} stored with {remote.stat().st_size} of {len(data)} bytes"
-        files += 1
-        on_disk += len(data)
-        in_storage += remote.stat().st_size
-    return files, on_disk, in_storage
 
 
 def test_graceful_delete_keeps_both_nodes_complete(cluster: TwoNodeCluster, tmp_path: Path) -> None:
