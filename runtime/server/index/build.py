@@ -37,6 +37,7 @@ from runtime.server.index import schema
 from runtime.server.index.cpus import usable_cpus
 from runtime.server.index.fingerprint import fingerprints
 from runtime.server.index.pool import WorkerError, WorkerPool
+from runtime.server.index.progress import ProgressCallback, no_progress
 from runtime.server.index.shard_db import BULK_PRAGMAS, append_shards, create_bulk_db, split_ddl, write_shard
 from runtime.server.index.sources import Sources, classify, read_all, read_one, stream_lines
 from runtime.server.index.tables import insert_actors, insert_jobs, insert_nodes
@@ -93,12 +94,15 @@ def build_index(
     listing: Sequence[ObjectInfo] | None = None,
     read_workers: int = 8,
     processes: int | None = None,
+    progress: ProgressCallback | None = None,
 ) -> BuildStats:
     """Replay the session's stored objects into a complete index file at ``out_path``.
 
     ``processes``: task-shard worker processes (None: one per usable core, the
     container's CPU limit included, for sessions of at least ``PARALLEL_MIN_BYTES``
     of events, else in-process; 0: in-process).
+    ``progress(phase, done, total)`` is told how far the build is: event bytes read
+    (as stored) of those listed, log-event objects read, then the writing.
     Raises SessionLoadError when event objects were listed but none could be read
     (a storage outage must not be cached as an empty session)."""
     started = time.perf_counter()
@@ -110,7 +114,7 @@ def build_index(
     # JSON event objects compress ~10-16x: judge gzipped ones by their likely size.
     estimate = sum(info.size * (GZIP_RATIO if info.key.endswith(".gz") else 1) for info in sources.events)
     stats.processes = _processes(processes, estimate)
-    build = _Build(store=store, sources=sources, stats=stats, out_path=out_path, session=session)
+    build = _Build(store=store, sources=sources, stats=stats, out_path=out_path, session=session, progress=progress)
     try:
         with _GC_PAUSE:
             build.run(read_workers, started)
@@ -177,8 +181,18 @@ class _Build:
     """One build's moving parts: the replay of non-task events here, the task shards
     (in-process or workers), the log events."""
 
-    def __init__(self, *, store: ObjectStore, sources: Sources, stats: BuildStats, out_path: Path, session: str):
+    def __init__(
+        self,
+        *,
+        store: ObjectStore,
+        sources: Sources,
+        stats: BuildStats,
+        out_path: Path,
+        session: str,
+        progress: ProgressCallback | None,
+    ):
         self.store, self.sources, self.stats, self.out_path, self.session = store, sources, stats, out_path, session
+        self.progress: ProgressCallback = progress or no_progress
         self.replay = SessionReplay()
         self.logs = LogEvents()
         self.others: list[object] = []
@@ -198,6 +212,7 @@ class _Build:
                 router = Router(self.stats.processes, pool.send, self.others.append)
             self._read(router, read_workers)
             router.flush()
+            self.progress("writing", None, None)
             logger.debug("routed all events after %.2fs", time.perf_counter() - started)
             results = self._collect(pool) if pool is not None else [self._write_inline(inline)]
             logger.debug("task shards written after %.2fs", time.perf_counter() - started)
@@ -209,12 +224,17 @@ class _Build:
                 pool.close()
 
     def _read(self, router: Router, read_workers: int) -> None:
-        sources, stats = self.sources, self.stats
+        sources, stats, progress = self.sources, self.stats, self.progress
+        total, done = sum(info.size for info in sources.events), 0
+        progress("reading events", done, total)
         with ThreadPoolExecutor(max_workers=max(1, read_workers), thread_name_prefix="index-read") as pool:
             for read in read_all(pool, self.store, sources.events, read_workers):
+                done += read.info.size  # read or found unreadable: either way behind us
                 if read.streamed:
                     self._stream(read.info, router)
+                    progress("reading events", done, total)
                     continue
+                progress("reading events", done, total)
                 if read.data is None:
                     stats.unreadable_files += 1
                     continue
@@ -232,7 +252,8 @@ class _Build:
                     f"read 0 of {len(sources.events)} event files of session {self.session}; "
                     "object storage is likely unavailable, retry shortly"
                 )
-            for read in read_all(pool, self.store, sources.logs, read_workers):
+            for n, read in enumerate(read_all(pool, self.store, sources.logs, read_workers)):
+                progress("reading log events", n, len(sources.logs))
                 if read.streamed:
                     self._stream_log(read.info)
                 elif read.data is not None:

@@ -9,9 +9,11 @@ module; ``fork`` is unsafe in a threaded server).
 
 Protocol: the parent writes one frame on stdin (8-byte little-endian length, then
 the pickled :class:`BuildRequest`; the child trusts its parent as multiprocessing
-does) and keeps stdin open; the child answers with one JSON line on stdout,
-``{"status": "ok"|"error", "message": ...}``. EOF on stdin before the answer means
-the parent is gone: the child exits rather than finish a build nobody will use.
+does) and keeps stdin open; the child writes JSON lines on stdout: any number of
+``{"progress": [phase, done, total]}`` (at most every ``PROGRESS_INTERVAL`` seconds
+and on each phase change), then the answer ``{"status": "ok"|"error", "message": ...}``.
+EOF on stdin before the answer means the parent is gone: the child exits rather
+than finish a build nobody will use.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import select
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +35,7 @@ import orjson
 
 from runtime.server.errors import SessionLoadError
 from runtime.server.index.pool import python_env
+from runtime.server.index.progress import ProgressCallback, no_progress
 from runtime.storage.base import ObjectInfo
 from runtime.storage.config import StorageConfig
 from runtime.storage.layout import ClusterRef
@@ -39,6 +43,7 @@ from runtime.storage.layout import ClusterRef
 FRAME_HEADER = 8
 #: How long the child gets to exit once stdin is closed, before SIGKILL.
 REAP_SECONDS = 5.0
+PROGRESS_INTERVAL = 0.25
 
 
 @dataclass(frozen=True)
@@ -58,9 +63,11 @@ def build_in_child(
     out: Path,
     listing: Sequence[ObjectInfo],
     timeout: float,
+    progress: ProgressCallback = no_progress,
 ) -> None:
     """Build ``out`` in a child process; SessionLoadError when it fails, dies or
-    takes longer than ``timeout`` seconds (then it is killed)."""
+    takes longer than ``timeout`` seconds (then it is killed). ``progress`` hears
+    what the child reports."""
     request = pickle.dumps(BuildRequest(storage, cluster, session, str(out), list(listing)))
     proc = subprocess.Popen(
         [sys.executable, "-m", "runtime.server.index.child"],
@@ -75,10 +82,9 @@ def build_in_child(
         with contextlib.suppress(BrokenPipeError):  # it died at start: reported below
             stdin.write(len(request).to_bytes(FRAME_HEADER, "little") + request)
             stdin.flush()
-        ready, _, _ = select.select([stdout], [], [], timeout)
-        if not ready:
+        line = _answer(stdout.fileno(), time.monotonic() + timeout, progress)
+        if line is None:
             raise SessionLoadError(f"indexing {session} took longer than {timeout:.0f} s; it was stopped")
-        line = stdout.readline()
     finally:
         with contextlib.suppress(BrokenPipeError):
             stdin.close()  # a child still building takes this as the order to stop
@@ -95,6 +101,55 @@ def build_in_child(
         status, message = "error", f"the index builder process died (exit code {proc.returncode})"
     if status != "ok":
         raise SessionLoadError(f"indexing {session} failed: {message}")
+
+
+def _answer(fd: int, deadline: float, progress: ProgressCallback) -> bytes | None:
+    """The child's answer line (``b""`` if it died first), passing its progress
+    lines on; None when ``deadline`` passed first."""
+    pending = b""
+    while True:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            return None
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b""
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            report = _progress_report(line)
+            if report is None:
+                return line
+            progress(*report)
+
+
+def _progress_report(line: bytes) -> tuple[str, int | None, int | None] | None:
+    try:
+        phase, done, total = orjson.loads(line)["progress"]
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+    return str(phase), _count(done), _count(total)
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+class _Reporter:
+    """The child's side of progress: JSON lines on stdout, throttled."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self._out = out
+        self._phase = ""
+        self._sent = 0.0
+
+    def __call__(self, phase: str, done: int | None, total: int | None) -> None:
+        now = time.monotonic()
+        if phase == self._phase and now - self._sent < PROGRESS_INTERVAL:
+            return
+        self._phase, self._sent = phase, now
+        self._out.write(orjson.dumps({"progress": [phase, done, total]}) + b"\n")
+        self._out.flush()
 
 
 def _read_request(stdin: BinaryIO) -> BuildRequest:
@@ -123,7 +178,13 @@ def main() -> None:
 
         store = open_store(request.storage, check=False)
         build_index(
-            store, request.storage.layout, request.cluster, request.session, Path(request.out), listing=request.listing
+            store,
+            request.storage.layout,
+            request.cluster,
+            request.session,
+            Path(request.out),
+            listing=request.listing,
+            progress=_Reporter(sys.stdout.buffer),
         )
         answer = {"status": "ok", "message": ""}
     except BaseException as exc:  # the parent re-raises it as a load error
