@@ -1,17 +1,17 @@
-"""The compact state of one task attempt: slot layout, and the order-independent
+"""The compact state of one task attempt: :class:`Attempt` (``__slots__``), its
+shared :class:`Definition` and its :class:`Profile`, and the order-independent
 merges shared by the event handlers (:mod:`runtime.server.replay.tasks`) and by the
 merge of two spellings of one task id.
 
-An attempt is a plain list (``S_*`` slots). Transitions are single ints
-``(ns - base_ns) << 6 | status rank`` (an ``array('q')`` when they fit, else a
-list), so sorting orders them chronologically (ties by Ray's status order) and
-the (state, ns) de-duplication is a membership test.
+Transitions are single ints ``(ns - base_ns) << 6 | status rank`` (an
+``array('q')`` when they fit, else a list), so sorting orders them chronologically
+(ties by Ray's status order) and the (state, ns) de-duplication is a membership test.
 """
 
 from __future__ import annotations
 
 from array import array
-from typing import Any
+from typing import Any, NamedTuple
 
 from runtime.server.replay.timestamps import to_int
 
@@ -35,46 +35,114 @@ TASK_STATES = (
 STATE_BITS = 6
 STATE_MASK = (1 << STATE_BITS) - 1
 
-# Attempt slots.
-S_JOB = 0  # hex job id from lifecycle/profile events ('' unknown)
-S_DEF = 1  # Definition tuple (D_* slots) or None
-S_TRS = 2  # list of transition ints, or None
-S_LOG = 3  # [stdout_file, stdout_start, stdout_end, stderr_file, stderr_start, stderr_end] or None
-S_NODE, S_NODE_NS = 4, 5
-S_WORKER, S_WORKER_NS = 6, 7
-S_PID, S_PID_NS = 8, 9
-S_ERR, S_ERR_NS = 10, 11  # (error_type, error_message)
-S_DBG, S_DBG_NS = 12, 13
-S_REPR, S_REPR_NS = 14, 15
-S_PROF = 16  # Profile list (P_* slots) or None
-S_NAME = 17  # task name (the definition tuple is shared between tasks, the name is not)
-S_SEEN = 18  # array of the eventId hashes applied to this attempt (de-duplication), or None
-N_SLOTS = 19
-
 #: Handler results.
 BAD, APPLIED, DUPLICATE = 0, 1, 2
 
-# Definition tuple slots (D_NAME is always ""; see S_NAME).
-D_TYPE, D_LANG, D_FUNC, D_NAME, D_RESOURCES, D_ACTOR, D_PARENT, D_PG = 0, 1, 2, 3, 4, 5, 6, 7
-D_ENV, D_CALL_SITE, D_LABELS, D_FALLBACK, D_JOB = 8, 9, 10, 11, 12
-
-# Profile slots: component type, component id (hex), node ip, {(name, start, end): extra}, task:: name.
-P_CTYPE, P_CID, P_IP, P_EVENTS, P_FNAME = 0, 1, 2, 3, 4
+#: ``Attempt.log``: ``[stdout_file, stdout_start, stdout_end, stderr_file, stderr_start, stderr_end]``.
+LogInfo = list[Any]
 
 
-def new_attempt() -> list[Any]:
-    return ["", None, None, None, "", -1, "", -1, 0, -1, None, -1, None, -1, "", -1, None, "", None]
+class Definition(NamedTuple):
+    """The fields of a definition event that tasks share (one value per distinct
+    definition, interned by :class:`~runtime.server.replay.tasks.TaskTable`): the
+    task name is not one of them (see :attr:`Attempt.name`)."""
+
+    type: str
+    language: str
+    func: str
+    resources: bytes  # JSON object
+    actor: str  # hex actor id ('' for a normal task)
+    parent: str  # hex parent task id
+    placement_group: str  # hex placement group id
+    runtime_env: bytes  # JSON object
+    call_site: str | None
+    labels: bytes  # JSON object
+    fallback: bytes  # JSON object
+    job: str  # hex job id
 
 
-def seen_before(state: list[Any], marker: int | None) -> bool:
+class Profile:
+    """The profile events of one attempt (``TASK_PROFILE_EVENT``)."""
+
+    __slots__ = ("component_id", "component_type", "events", "func_name", "node_ip")
+
+    def __init__(self, component_type: str, component_id: str, node_ip: str) -> None:
+        self.component_type = component_type
+        self.component_id = component_id  # hex
+        self.node_ip = node_ip
+        self.events: dict[tuple[str, int, int], str] = {}  # (name, start, end) -> extra data
+        self.func_name = ""  # from a ``task::`` event's extra data
+
+
+class Attempt:
+    """One task attempt. Each carried field (node, worker, pid, error, debugger flag,
+    actor repr name) has the newest transition ns of the event it came from beside
+    it (``*_ns``, -1 until set)."""
+
+    __slots__ = (
+        "debugger",
+        "debugger_ns",
+        "definition",
+        "error",
+        "error_ns",
+        "job",
+        "log",
+        "name",
+        "node",
+        "node_ns",
+        "pid",
+        "pid_ns",
+        "profile",
+        "repr_name",
+        "repr_ns",
+        "seen",
+        "transitions",
+        "worker",
+        "worker_ns",
+    )
+
+    def __init__(self) -> None:
+        self.job = ""  # hex job id from lifecycle/profile events ('' unknown)
+        self.definition: Definition | None = None
+        self.name = ""  # task name (the definition is shared between tasks, the name is not)
+        self.transitions: array[int] | list[int] | None = None
+        self.log: LogInfo | None = None
+        self.node = ""
+        self.node_ns = -1
+        self.worker = ""
+        self.worker_ns = -1
+        self.pid = 0
+        self.pid_ns = -1
+        self.error: tuple[str | None, str] | None = None  # (error_type, error_message)
+        self.error_ns = -1
+        self.debugger: bool | None = None
+        self.debugger_ns = -1
+        self.repr_name = ""
+        self.repr_ns = -1
+        self.profile: Profile | None = None
+        self.seen: array[int] | None = None  # the eventId hashes applied (de-duplication)
+
+
+#: The carried fields of an :class:`Attempt`, each with the slot of its transition ns.
+CARRIED = (
+    ("node", "node_ns"),
+    ("worker", "worker_ns"),
+    ("pid", "pid_ns"),
+    ("error", "error_ns"),
+    ("debugger", "debugger_ns"),
+    ("repr_name", "repr_ns"),
+)
+
+
+def seen_before(state: Attempt, marker: int | None) -> bool:
     """Record an eventId hash on its attempt; True when it was applied already.
     Per attempt, not one session-wide set: a few array slots instead of ~70 bytes
     of set entry and int object per event."""
     if marker is None:
         return False
-    seen = state[S_SEEN]
+    seen = state.seen
     if seen is None:
-        state[S_SEEN] = array("q", (marker,))
+        state.seen = array("q", (marker,))
         return False
     if marker in seen:
         return True
@@ -88,10 +156,10 @@ def offset(value: object) -> int:
     return value if type(value) is int else to_int(value)
 
 
-def merge_log_info(state: list[Any], update: list[Any]) -> None:
-    current = state[S_LOG]
+def merge_log_info(state: Attempt, update: LogInfo) -> None:
+    current = state.log
     if current is None:
-        state[S_LOG] = update
+        state.log = update
         return
     for base in (0, 3):
         file_name, start, end = update[base], update[base + 1], update[base + 2]
@@ -104,23 +172,24 @@ def merge_log_info(state: list[Any], update: list[Any]) -> None:
             current[base + 2] = end
 
 
-def merge_attempts(into: list[Any], other: list[Any]) -> None:
+def merge_attempts(into: Attempt, other: Attempt) -> None:
     """Fold ``other`` into ``into`` with the same rules as the event handlers."""
-    into[S_JOB] = into[S_JOB] or other[S_JOB]
-    if other[S_DEF] is not None and into[S_DEF] is None:
-        into[S_DEF], into[S_NAME] = other[S_DEF], other[S_NAME]
-    if other[S_TRS]:
-        codes = list(into[S_TRS] or ())
-        into[S_TRS] = codes + [c for c in other[S_TRS] if c not in codes]
-    if other[S_LOG] is not None:
-        merge_log_info(into, list(other[S_LOG]))
-    for value_slot in (S_NODE, S_WORKER, S_PID, S_ERR, S_DBG, S_REPR):
-        if other[value_slot + 1] > into[value_slot + 1]:
-            into[value_slot], into[value_slot + 1] = other[value_slot], other[value_slot + 1]
-    if other[S_PROF] is not None:
-        if into[S_PROF] is None:
-            into[S_PROF] = other[S_PROF]
+    into.job = into.job or other.job
+    if other.definition is not None and into.definition is None:
+        into.definition, into.name = other.definition, other.name
+    if other.transitions:
+        codes = list(into.transitions or ())
+        into.transitions = codes + [c for c in other.transitions if c not in codes]
+    if other.log is not None:
+        merge_log_info(into, list(other.log))
+    for field, field_ns in CARRIED:
+        if getattr(other, field_ns) > getattr(into, field_ns):
+            setattr(into, field, getattr(other, field))
+            setattr(into, field_ns, getattr(other, field_ns))
+    if other.profile is not None:
+        if into.profile is None:
+            into.profile = other.profile
         else:
-            for key, extra in other[S_PROF][P_EVENTS].items():
-                into[S_PROF][P_EVENTS].setdefault(key, extra)
-            into[S_PROF][P_FNAME] = into[S_PROF][P_FNAME] or other[S_PROF][P_FNAME]
+            for key, extra in other.profile.events.items():
+                into.profile.events.setdefault(key, extra)
+            into.profile.func_name = into.profile.func_name or other.profile.func_name

@@ -16,38 +16,7 @@ from typing import Any
 
 import orjson
 
-from runtime.server.replay.attempt import (
-    D_ACTOR,
-    D_CALL_SITE,
-    D_ENV,
-    D_FALLBACK,
-    D_FUNC,
-    D_JOB,
-    D_LABELS,
-    D_LANG,
-    D_PARENT,
-    D_PG,
-    D_RESOURCES,
-    D_TYPE,
-    P_CID,
-    P_CTYPE,
-    P_EVENTS,
-    P_FNAME,
-    P_IP,
-    S_DBG,
-    S_DEF,
-    S_ERR,
-    S_JOB,
-    S_LOG,
-    S_NAME,
-    S_NODE,
-    S_PID,
-    S_PROF,
-    S_TRS,
-    S_WORKER,
-    STATE_BITS,
-    STATE_MASK,
-)
+from runtime.server.replay.attempt import STATE_BITS, STATE_MASK, Definition, Profile
 from runtime.server.replay.ids import is_nil
 from runtime.server.replay.tasks import TaskTable
 
@@ -106,8 +75,8 @@ class TaskRenderer:
         counts = self.counts
         dumps = orjson.dumps
         for task_id, attempt, st in self._table.attempts(ordered):
-            d = st[S_DEF]
-            codes = st[S_TRS]
+            d = st.definition
+            codes = st.transitions
             state = ""
             creation = start = end = None
             events = "[]"
@@ -131,17 +100,17 @@ class TaskRenderer:
                 state = names[codes[-1] & STATE_MASK]
                 events = "[" + ",".join(parts) + "]"
             if d is not None:
-                task_type, name, func, job = d[D_TYPE], st[S_NAME], d[D_FUNC], d[D_JOB] or st[S_JOB]
-                actor, parent = d[D_ACTOR], d[D_PARENT]
+                task_type, name, func, job = d.type, st.name, d.func, d.job or st.job
+                actor, parent = d.actor, d.parent
                 head = self._head(d)
                 tail = self._tail(d)
             else:
-                task_type, name, job, actor, parent = "", "", st[S_JOB], "", ""
-                func = st[S_PROF][P_FNAME] if st[S_PROF] is not None else ""
+                task_type, name, job, actor, parent = "", "", st.job, "", ""
+                func = st.profile.func_name if st.profile is not None else ""
                 head, tail = _NO_DEF_HEAD, _NO_DEF_TAIL
             if not actor and task_type == "ACTOR_CREATION_TASK" and len(task_id) == 48:
                 actor = task_id[16:]  # creation task id = 8 nil bytes + actor id
-            node, worker, pid, err = st[S_NODE], st[S_WORKER], st[S_PID], st[S_ERR]
+            node, worker, pid, err = st.node, st.worker, st.pid, st.error
             brief = dumps(
                 {
                     "task_id": task_id,
@@ -159,7 +128,7 @@ class TaskRenderer:
                     "error_type": err[0] if err is not None else None,
                 }
             )
-            log = st[S_LOG]
+            log = st.log
             middle = {
                 "creation_time_ms": None if creation is None else float(creation),
                 "start_time_ms": None if start is None else float(start),
@@ -175,9 +144,9 @@ class TaskRenderer:
                     "stderr_end": log[5],
                 },
                 "error_message": _strip_ansi(err[1]) if err is not None else None,
-                "is_debugger_paused": st[S_DBG],
+                "is_debugger_paused": st.debugger,
             }
-            prof = st[S_PROF]
+            prof = st.profile
             profile = b""
             if prof is not None:
                 profile = b',"profiling_data":' + dumps(self._profile(task_id, attempt, job, prof))
@@ -236,43 +205,43 @@ class TaskRenderer:
                     extra,
                 )
 
-    def _head(self, d: tuple[Any, ...]) -> bytes:
+    def _head(self, d: Definition) -> bytes:
         """``{"language":..,"required_resources":..,"runtime_env_info":..,"placement_group_id":..,"events":``"""
-        key = (d[D_LANG], d[D_RESOURCES], d[D_ENV], d[D_PG])
+        key = (d.language, d.resources, d.runtime_env, d.placement_group)
         found = self._heads.get(key)
         if found is None:
-            pg = d[D_PG]
+            pg = d.placement_group
             body = orjson.dumps(
                 {
-                    "language": d[D_LANG],
-                    "required_resources": Fragment(d[D_RESOURCES]),
-                    "runtime_env_info": Fragment(d[D_ENV]),
+                    "language": d.language,
+                    "required_resources": Fragment(d.resources),
+                    "runtime_env_info": Fragment(d.runtime_env),
                     "placement_group_id": pg if pg and not is_nil(pg) else None,
                 }
             )
             found = self._heads[key] = body[:-1] + b',"events":'
         return found
 
-    def _tail(self, d: tuple[Any, ...]) -> bytes:
+    def _tail(self, d: Definition) -> bytes:
         """``,"call_site":..,"label_selector":..,"fallback_strategy":..}``"""
-        key = (d[D_CALL_SITE], d[D_LABELS], d[D_FALLBACK])
+        key = (d.call_site, d.labels, d.fallback)
         found = self._tails.get(key)
         if found is None:
             body = orjson.dumps(
                 {
-                    "call_site": d[D_CALL_SITE],
-                    "label_selector": Fragment(d[D_LABELS]),
-                    "fallback_strategy": Fragment(d[D_FALLBACK]),
+                    "call_site": d.call_site,
+                    "label_selector": Fragment(d.labels),
+                    "fallback_strategy": Fragment(d.fallback),
                 }
             )
             found = self._tails[key] = b"," + body[1:]
         return found
 
-    def _profile(self, task_id: str, attempt: int, job: str, prof: list[Any]) -> dict[str, Any]:
+    def _profile(self, task_id: str, attempt: int, job: str, prof: Profile) -> dict[str, Any]:
         events = []
-        ctype, cid, ip = prof[P_CTYPE], prof[P_CID], prof[P_IP]
+        ctype, cid, ip = prof.component_type, prof.component_id, prof.node_ip
         append_row = self.profile_rows.append
-        for (name, start, end), extra in prof[P_EVENTS].items():
+        for (name, start, end), extra in prof.events.items():
             events.append(
                 {
                     "start_time": start / 1_000_000,

@@ -1,6 +1,6 @@
 """Task attempts (``TASK_DEFINITION``/``LIFECYCLE``/``PROFILE`` events), kept compact for sessions of millions of tasks.
 
-One attempt is a compact list (:mod:`runtime.server.replay.attempt`) keyed by the
+One attempt is an :class:`~runtime.server.replay.attempt.Attempt` keyed by the
 task id *as it arrived* plus the attempt number; ids are hex-normalised once, when
 rendering (:meth:`TaskTable.attempts` merges keys that turn out to be the same id
 spelt in two encodings).
@@ -23,32 +23,15 @@ from runtime.server.replay.attempt import (
     APPLIED,
     BAD,
     DUPLICATE,
-    P_EVENTS,
-    P_FNAME,
-    S_DBG,
-    S_DBG_NS,
-    S_DEF,
-    S_ERR,
-    S_ERR_NS,
-    S_JOB,
-    S_NAME,
-    S_NODE,
-    S_NODE_NS,
-    S_PID,
-    S_PID_NS,
-    S_PROF,
-    S_REPR,
-    S_REPR_NS,
-    S_SEEN,
-    S_TRS,
-    S_WORKER,
-    S_WORKER_NS,
     STATE_BITS,
     STATE_MASK,
     TASK_STATES,
+    Attempt,
+    Definition,
+    LogInfo,
+    Profile,
     merge_attempts,
     merge_log_info,
-    new_attempt,
     offset,
     seen_before,
 )
@@ -69,9 +52,9 @@ class TaskTable:
         the memory of a list of Python ints), in a list otherwise."""
         self._ids = ids
         self.base_ns = base_ns
-        self._templates: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self._templates: dict[tuple[Any, ...], Definition] = {}  # keyed by the plain tuple of its fields
         self._names: dict[str, str] = {}
-        self._attempts: dict[object, list[Any]] = {}
+        self._attempts: dict[object, Attempt] = {}
         self._codes: dict[object, int] = {name: rank for rank, name in enumerate(TASK_STATES)}
         self.state_names: list[str] = list(TASK_STATES)
         self._strings: dict[str, str] = {}  # interned repeated strings (func names, log paths)
@@ -82,13 +65,13 @@ class TaskTable:
         return len(self._attempts)
 
     # ------------------------------------------------------------- handlers
-    def _attempt(self, raw: object, attempt: object) -> list[Any]:
+    def _attempt(self, raw: object, attempt: object) -> Attempt:
         if type(attempt) is not int:
             attempt = to_int(attempt)
         key = raw if attempt == 0 else (raw, attempt)
         state = self._attempts.get(key)
         if state is None:
-            state = self._attempts[key] = new_attempt()
+            state = self._attempts[key] = Attempt()
         return state
 
     def definition(self, payload: dict[str, Any], marker: int | None = None, actor_task: bool = False) -> int:
@@ -98,13 +81,13 @@ class TaskTable:
         state = self._attempt(raw, payload.get("taskAttempt") or 0)
         if seen_before(state, marker):
             return DUPLICATE
-        definition = self._definition(payload, actor_task)
-        shared = self._templates.get(definition)
+        fields = self._definition(payload, actor_task)
+        shared = self._templates.get(fields)
         if shared is None:
-            shared = definition
+            shared = Definition._make(fields)
             if len(self._templates) < _TEMPLATES_LIMIT:
-                self._templates[definition] = definition
-        state[S_DEF] = shared
+                self._templates[fields] = shared
+        state.definition = shared
         name = payload.get("actorTaskName" if actor_task else "taskName")
         name = name if type(name) is str else str(name or "")
         shared_name = self._names.get(name)
@@ -112,7 +95,7 @@ class TaskTable:
             shared_name = name
             if len(self._names) < _TEMPLATES_LIMIT:  # names often repeat ("square"); ids never do
                 self._names[name] = name
-        state[S_NAME] = shared_name
+        state.name = shared_name
         return APPLIED
 
     def lifecycle(self, payload: dict[str, Any], marker: int | None = None) -> int:  # noqa: PLR0912, PLR0915
@@ -131,26 +114,26 @@ class TaskTable:
         key = (raw, attempt) if attempt else raw
         state = self._attempts.get(key)
         if state is None:
-            state = self._attempts[key] = new_attempt()
+            state = self._attempts[key] = Attempt()
         if marker is not None:
-            seen = state[S_SEEN]
+            seen = state.seen
             if seen is None:
-                state[S_SEEN] = array("q", (marker,))
+                state.seen = array("q", (marker,))
             elif marker in seen:
                 return DUPLICATE
             else:
                 seen.append(marker)
-        if not state[S_JOB]:
+        if not state.job:
             job = payload.get("jobId")
             if job:
-                state[S_JOB] = self._ids(job)
+                state.job = self._ids(job)
         if log and type(log) is dict:
             self._merge_log(state, log)
         if not transitions or type(transitions) is not list:
             return APPLIED  # metadata only: never touches state or the carried fields
-        codes = state[S_TRS]
+        codes = state.transitions
         if codes is None:
-            codes = state[S_TRS] = array("q")
+            codes = state.transitions = array("q")
         latest = -1
         base = self.base_ns
         seconds = SECOND_NS
@@ -173,7 +156,7 @@ class TaskTable:
                 try:
                     codes.append(packed)
                 except OverflowError:  # before base_ns, or centuries after it
-                    codes = state[S_TRS] = [*codes, packed]
+                    codes = state.transitions = [*codes, packed]
             if ns > latest:  # noqa: PLR1730 - cheaper than calling max() per transition
                 latest = ns
         if latest < 0:
@@ -181,17 +164,17 @@ class TaskTable:
         # Carried fields: from the event with the newest transition; null never erases.
         known = self._ids.known
         value = payload.get("nodeId")
-        if value and latest >= state[S_NODE_NS]:
-            state[S_NODE] = known.get(value) or self._ids(value)
-            state[S_NODE_NS] = latest
+        if value and latest >= state.node_ns:
+            state.node = known.get(value) or self._ids(value)
+            state.node_ns = latest
         value = payload.get("workerId")
-        if value and latest >= state[S_WORKER_NS]:
-            state[S_WORKER] = known.get(value) or self._ids(value)
-            state[S_WORKER_NS] = latest
+        if value and latest >= state.worker_ns:
+            state.worker = known.get(value) or self._ids(value)
+            state.worker_ns = latest
         value = payload.get("workerPid")
-        if value and latest >= state[S_PID_NS]:
-            state[S_PID] = value if type(value) is int else to_int(value)
-            state[S_PID_NS] = latest
+        if value and latest >= state.pid_ns:
+            state.pid = value if type(value) is int else to_int(value)
+            state.pid_ns = latest
         if "rayErrorInfo" in payload or "isDebuggerPaused" in payload or "actorReprName" in payload:
             self._carry_optional(state, payload, latest)  # absent unless set
         return APPLIED
@@ -205,19 +188,19 @@ class TaskTable:
             code = self._new_state(transition.get("state"))
         return ns, code
 
-    def _carry_optional(self, state: list[Any], payload: dict[str, Any], latest: int) -> None:
+    def _carry_optional(self, state: Attempt, payload: dict[str, Any], latest: int) -> None:
         error = payload.get("rayErrorInfo")
-        if error and type(error) is dict and latest >= state[S_ERR_NS]:
-            state[S_ERR] = (error.get("errorType") or None, str(error.get("errorMessage") or ""))
-            state[S_ERR_NS] = latest
+        if error and type(error) is dict and latest >= state.error_ns:
+            state.error = (error.get("errorType") or None, str(error.get("errorMessage") or ""))
+            state.error_ns = latest
         paused = payload.get("isDebuggerPaused")
-        if paused is not None and latest >= state[S_DBG_NS]:
-            state[S_DBG] = bool(paused)
-            state[S_DBG_NS] = latest
+        if paused is not None and latest >= state.debugger_ns:
+            state.debugger = bool(paused)
+            state.debugger_ns = latest
         repr_name = payload.get("actorReprName")
-        if repr_name and latest >= state[S_REPR_NS]:
-            state[S_REPR] = str(repr_name)
-            state[S_REPR_NS] = latest
+        if repr_name and latest >= state.repr_ns:
+            state.repr_name = str(repr_name)
+            state.repr_ns = latest
 
     def _new_state(self, name: object) -> int:
         """A status this code does not know (a newer Ray): give it the next rank."""
@@ -230,13 +213,13 @@ class TaskTable:
             self._codes[text] = code
         return code
 
-    def _merge_log(self, state: list[Any], info: dict[str, Any]) -> None:
+    def _merge_log(self, state: Attempt, info: dict[str, Any]) -> None:
         """Ray sends files + start offsets and the end offsets in separate events, in
         either order: a file name sets file and start, a non-zero start sets start,
         an end replaces a zero end or is replaced only by a non-zero one."""
         get = info.get
         out_file, err_file = get("stdoutFile"), get("stderrFile")
-        update = [
+        update: LogInfo = [
             self._intern(out_file) if out_file else "",
             offset(get("stdoutStart")),
             offset(get("stdoutEnd")),
@@ -258,18 +241,16 @@ class TaskTable:
         if seen_before(state, marker):
             return DUPLICATE
         job = payload.get("jobId")
-        if job and not state[S_JOB]:
-            state[S_JOB] = self._ids(job)
-        prof = state[S_PROF]
+        if job and not state.job:
+            state.job = self._ids(job)
+        prof = state.profile
         if prof is None:
-            prof = state[S_PROF] = [
+            prof = state.profile = Profile(
                 self._intern(str(body.get("componentType") or "")),
                 self._ids(body.get("componentId")),
                 self._intern(str(body.get("nodeIpAddress") or "")),
-                {},
-                "",
-            ]
-        events: dict[tuple[str, int, int], str] = prof[P_EVENTS]
+            )
+        events = prof.events
         for entry in entries:
             if type(entry) is not dict:
                 continue
@@ -283,7 +264,7 @@ class TaskTable:
             extra_text = extra if isinstance(extra, str) else ""
             events.setdefault((self._intern(name), start, end), extra_text)
             if name.startswith("task::") and extra_text and extra_text != "{}":
-                prof[P_FNAME] = profile_func(name, extra_text) or prof[P_FNAME]
+                prof.func_name = profile_func(name, extra_text) or prof.func_name
         return APPLIED
 
     # ------------------------------------------------------------ internals
@@ -308,6 +289,7 @@ class TaskTable:
         return found
 
     def _definition(self, p: dict[str, Any], actor_task: bool) -> tuple[Any, ...]:
+        """The :class:`Definition` fields of a definition event, as a plain tuple."""
         ids = self._ids
         if actor_task:
             task_type, func, actor = "ACTOR_TASK", p.get("actorFunc"), p.get("actorId")
@@ -321,7 +303,6 @@ class TaskTable:
             self._intern(task_type),
             self._intern(str(p.get("language") or "")),
             self._intern(func_name(func)),
-            "",
             self._frag(resources) if isinstance(resources, dict) else b"{}",
             ids(actor) if actor else "",
             ids(p.get("parentTaskId")),
@@ -334,10 +315,10 @@ class TaskTable:
         )
 
     # -------------------------------------------------------------- results
-    def attempts(self, ordered: bool = False) -> list[tuple[str, int, list[Any]]]:
+    def attempts(self, ordered: bool = False) -> list[tuple[str, int, Attempt]]:
         """(hex task id, attempt, state) for every attempt, each id exactly once;
         sorted by (task id, attempt) when ``ordered``."""
-        seen: dict[tuple[str, int], list[Any]] = {}
+        seen: dict[tuple[str, int], Attempt] = {}
         for key, state in self._attempts.items():
             raw, attempt = (key, 0) if isinstance(key, str) else cast(tuple[str, int], key)
             ident = (hex_id(raw), attempt)  # not cached: each task id is converted once
@@ -356,5 +337,5 @@ _NO_FALLBACK = b'{"options":[]}'
 _TEMPLATES_LIMIT = 1 << 16
 
 
-def _sort_key(item: tuple[str, int, list[Any]]) -> tuple[str, int]:
+def _sort_key(item: tuple[str, int, Attempt]) -> tuple[str, int]:
     return item[0], item[1]
