@@ -139,10 +139,13 @@ def _resolve_task(params: LogFileParams, catalog: LogCatalog) -> ResolvedLog:
             f"Could not find log file for task attempt {task_id}({params.attempt_number}): "
             f"Ray recorded no task_log_info for it (its worker may have exited before reporting){hint}",
         )
-    if end is None:
-        raise ApiError(404, f"log of task attempt {task_id}({params.attempt_number}) is incomplete (no end offset)")
     start = start or 0
-    if start < 0 or end < start:
+    if end == 0 and start > 0:
+        # No end offset reported (the index keeps an unreported end as 0): the attempt was
+        # still running, e.g. its node died under it. Ray's log manager then reads from the
+        # start offset to the end of the file (end None), and so do we.
+        end = None
+    if start < 0 or (end is not None and end < start):
         attempt = f"{task_id}({params.attempt_number})"
         raise ApiError(500, f"task attempt {attempt} has an invalid log range [{start}, {end})")
     if not row.node_id:

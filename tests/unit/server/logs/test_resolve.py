@@ -69,6 +69,8 @@ CATALOG = FakeCatalog(
         "actor-task": {0: _task(type="ACTOR_TASK", actor_id="ac")},
         "creation": {0: _task(type="ACTOR_CREATION_TASK", actor_id="ac", stdout_file=None)},
         "open": {0: _task(stdout_end=None)},
+        "unended": {0: _task(stdout_start=95, stdout_end=0)},
+        "empty": {0: _task(stdout_start=0, stdout_end=0)},
         "weird": {0: _task(stdout_start=30, stdout_end=20)},
         "escape": {0: _task(stdout_file="/tmp/../..")},
         "unscheduled": {0: _task(node_id="")},
@@ -101,6 +103,15 @@ def test_unknown_ip_is_404() -> None:
     assert error.status == 404 and "10.9.9.9" in error.msg
 
 
+def test_an_attempt_without_an_end_offset_reads_to_the_end_of_its_file() -> None:
+    """A task still running when its node died reported a start but no end (the index keeps
+    it as 0): like Ray's log manager (end offset None), read from the start to the end."""
+    out = f"worker-{WID}-01000000-7.out"
+    assert _resolve(task_id="open") == ResolvedLog(WORKER_NODE, out, 10, None)
+    assert _resolve(task_id="unended") == ResolvedLog(WORKER_NODE, out, 95, None)
+    assert _resolve(task_id="empty") == ResolvedLog(WORKER_NODE, out, 0, 0)  # printed nothing
+
+
 def test_task_attempt_uses_its_byte_range() -> None:
     assert _resolve(task_id="t1") == ResolvedLog(WORKER_NODE, f"worker-{WID}-01000000-7.out", 10, 20)
     assert _resolve(task_id="t1", suffix="err") == ResolvedLog(WORKER_NODE, f"worker-{WID}-01000000-7.err", 5, 5)
@@ -114,7 +125,6 @@ def test_task_attempt_uses_its_byte_range() -> None:
         ({"task_id": "t1", "attempt_number": 1}, 404, "Could not find log file for task attempt t1(1)"),
         ({"task_id": "actor-task"}, 400, "for actor task, please query actor log for actor(ac)"),
         ({"task_id": "creation"}, 404, "actor_id=ac"),
-        ({"task_id": "open"}, 404, "incomplete"),
         ({"task_id": "weird"}, 500, "invalid log range"),
         ({"task_id": "escape"}, 404, "Could not find log file"),
         ({"task_id": "unscheduled"}, 400, "never scheduled"),
