@@ -27,7 +27,7 @@ if str(REPO) not in sys.path:
 
 from bench.server_cold_load import CLUSTER, ensure_session  # noqa: E402
 from bench.synth_session import SESSION  # noqa: E402
-from tests.integration.server.harness import HistoryServerProcess  # noqa: E402
+from tests.integration.server.harness import HistoryServerProcess, get_when_indexed  # noqa: E402
 from tests.support.k8s_auth_stub import auth_api_stub  # noqa: E402
 
 ENTER = f"/enter_cluster/{CLUSTER.namespace}/raycluster/{CLUSTER.name}/{SESSION}"
@@ -66,8 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             sessions["kubernetes"].headers["Authorization"] = f"Bearer {TOKEN}"
             urls = {"none": open_server.url, "kubernetes": auth_server.url}
             for mode, session in sessions.items():
-                answer = session.get(urls[mode] + ENTER, timeout=600)
-                answer.raise_for_status()
+                get_when_indexed(session, urls[mode] + ENTER, 600)
                 for _ in range(20):  # warm: index open, token and decision cached
                     session.get(urls[mode] + QUERY, timeout=60).raise_for_status()
             times: dict[str, list[float]] = {"none": [], "kubernetes": []}

@@ -28,7 +28,7 @@ if str(REPO) not in sys.path:
 
 from bench.server_cold_load import CLUSTER, ensure_session  # noqa: E402
 from bench.synth_session import SESSION, job_bytes  # noqa: E402
-from tests.integration.server.harness import HistoryServerProcess  # noqa: E402
+from tests.integration.server.harness import HistoryServerProcess, get_when_indexed  # noqa: E402
 
 ENTER = f"/enter_cluster/{CLUSTER.namespace}/raycluster/{CLUSTER.name}/{SESSION}"
 
@@ -74,12 +74,12 @@ def main(argv: list[str] | None = None) -> int:
         with HistoryServerProcess(store_dir, index_dir) as server:
             client = requests.Session()
             started = time.perf_counter()
-            client.get(server.url + ENTER, timeout=900).raise_for_status()
+            get_when_indexed(client, server.url + ENTER, 900)
             print(f"{args.tasks} tasks: cold load via /enter_cluster {time.perf_counter() - started:.2f} s")
         with HistoryServerProcess(store_dir, index_dir) as server:
             client = requests.Session()
             started = time.perf_counter()
-            client.get(server.url + ENTER, timeout=900).raise_for_status()
+            get_when_indexed(client, server.url + ENTER, 900)
             first = client.get(f"{server.url}/api/v0/tasks?limit=100", timeout=120)
             first.raise_for_status()
             print(f"after a restart: enter + first /api/v0/tasks answer in {time.perf_counter() - started:.3f} s")

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 from runtime.storage.layout import ClusterRef  # noqa: E402
 from tests.integration.emulators.base import free_port  # noqa: E402
 from tests.integration.ray_harness import CollectorProcess, RayHead, RecordingProxy, collector_env  # noqa: E402
-from tests.integration.server.harness import HistoryServerProcess  # noqa: E402
+from tests.integration.server.harness import HistoryServerProcess, get_when_indexed  # noqa: E402
 
 CLUSTER = ClusterRef("default", "bench-live")
 PATHS = ("/api/v0/tasks?detail=1&limit=10000", "/logical/actors", "/api/v0/tasks?limit=100")
@@ -91,7 +91,7 @@ def main() -> int:
             client = requests.Session()
             started = time.perf_counter()
             url = f"{server.url}/enter_cluster/{CLUSTER.namespace}/raycluster/{CLUSTER.name}/{session}"
-            client.get(url, timeout=600).raise_for_status()
+            get_when_indexed(client, url, 600)
             print(f"cold index build (enter_cluster): {time.perf_counter() - started:.2f} s")
             total = client.get(f"{server.url}/api/v0/tasks?limit=1", timeout=60).json()["data"]["result"]["total"]
             print(f"session: {session}, {total} task attempts")

@@ -25,6 +25,9 @@ DEFAULT_PROXY_TIMEOUT = 30.0
 #: Sessions whose event objects exceed this many bytes are indexed in a child
 #: process, so the server's own RSS stays small after a big build.
 DEFAULT_SUBPROCESS_BUILD_BYTES = 64 * 1024**2
+#: How long a request waits for an index build before it is answered 503 with the
+#: build's progress (the build goes on).
+DEFAULT_BUILD_WAIT = 5.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class ServerConfig:
         freshness_seconds: re-list a session's objects at most this often to notice
             late uploads (0 = on every request that opens the session).
         build_timeout: upper bound for one cold index build.
+        build_wait: how long a request waits for a build before a 503 with its progress.
         subprocess_build_bytes: event bytes above which a build runs in a child process.
         live_clusters: static live clusters (outside Kubernetes or in addition to it).
         kubernetes: ``auto`` (in-cluster config when available), ``in-cluster``,
@@ -76,6 +80,7 @@ class ServerConfig:
     cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES
     freshness_seconds: float = DEFAULT_FRESHNESS_SECONDS
     build_timeout: float = 900.0
+    build_wait: float = DEFAULT_BUILD_WAIT
     subprocess_build_bytes: int = DEFAULT_SUBPROCESS_BUILD_BYTES
     live_clusters: tuple[LiveClusterURL, ...] = ()
     kubernetes: str = "auto"

@@ -5,6 +5,7 @@ JSON naming what was wrong."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import orjson
 from flask import Flask, Response
@@ -18,11 +19,25 @@ logger = logging.getLogger(__name__)
 class ApiError(Exception):
     """An error answer: ``status`` and a message for the client."""
 
-    def __init__(self, status: int, msg: str, *, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, status: int, msg: str, *, headers: dict[str, str] | None = None, extra: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(msg)
         self.status = status
         self.msg = msg
         self.headers = headers or {}
+        self.extra = extra or {}  # more fields of the JSON body
+
+
+class IndexBuildingError(ApiError):
+    """The session's index is being built: 503 with the build's progress
+    (``phase``, ``done``, ``total``) and when to ask again."""
+
+    def __init__(self, msg: str, progress: dict[str, Any], retry_after: int, session: str = "") -> None:
+        headers = {"Retry-After": str(retry_after), "Cache-Control": "no-store"}
+        super().__init__(503, msg, headers=headers, extra=progress)
+        self.progress = progress
+        self.session = session
 
 
 class SessionLoadError(Exception):
@@ -34,8 +49,10 @@ def json_response(body: bytes, status: int = 200) -> Response:
     return Response(body, status=status, mimetype="application/json")
 
 
-def json_error(status: int, msg: str, headers: dict[str, str] | None = None) -> Response:
-    response = json_response(orjson.dumps({"result": False, "msg": msg}), status)
+def json_error(
+    status: int, msg: str, headers: dict[str, str] | None = None, extra: dict[str, Any] | None = None
+) -> Response:
+    response = json_response(orjson.dumps({"result": False, "msg": msg, **(extra or {})}), status)
     for name, value in (headers or {}).items():
         response.headers[name] = value
     return response
@@ -44,7 +61,7 @@ def json_error(status: int, msg: str, headers: dict[str, str] | None = None) -> 
 def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(ApiError)
     def _api_error(exc: ApiError) -> Response:
-        return json_error(exc.status, exc.msg, exc.headers)
+        return json_error(exc.status, exc.msg, exc.headers, exc.extra)
 
     @app.errorhandler(InvalidKeyError)
     def _invalid_key(exc: InvalidKeyError) -> Response:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -33,7 +33,9 @@ class ServerMetrics:
         )
         self.cache_requests = Counter(
             "historyserver_index_cache_requests_total",
-            "Session index lookups: hit (indexed and fresh), miss (built), refresh (objects re-listed).",
+            "Session index lookups: hit (indexed and fresh), miss (built), refresh (objects re-listed), "
+            "joined (waited for a build or check another request started), "
+            "stale (the previous index answered while re-indexing).",
             ["result"],
             registry=r,
         )
@@ -46,6 +48,17 @@ class ServerMetrics:
         )
         self.index_builds = Counter(
             "historyserver_index_builds_total", "Index builds by outcome.", ["outcome"], registry=r
+        )
+        self.builds_in_progress = Gauge(
+            "historyserver_index_builds_in_progress",
+            "Index builds (or freshness checks) running now, waiting for another worker's build included.",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.building_answers = Counter(
+            "historyserver_index_building_responses_total",
+            "Requests answered 503 with the progress of the index build they would have waited for.",
+            registry=r,
         )
         self.evictions = Counter(
             "historyserver_index_evictions_total", "Indexes deleted to respect --cache-max-size.", registry=r

@@ -205,6 +205,7 @@ def config_from_args(
         cache_max_bytes=args.cache_max_size,
         freshness_seconds=args.freshness_seconds,
         build_timeout=args.build_timeout,
+        build_wait=args.build_wait,
         live_clusters=tuple(args.live_cluster),
         kubernetes=kubernetes,
         kubeconfig=kubeconfig,

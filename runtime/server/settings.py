@@ -13,7 +13,13 @@ from urllib.parse import urlsplit
 from runtime.common.quantities import parse_quantity
 from runtime.common.settings import Setting, markdown_table
 from runtime.common.validators import choice, duration, positive_int, tcp_port
-from runtime.server.config import DEFAULT_FRESHNESS_SECONDS, DEFAULT_PORT, DEFAULT_PROXY_TIMEOUT, LiveClusterURL
+from runtime.server.config import (
+    DEFAULT_BUILD_WAIT,
+    DEFAULT_FRESHNESS_SECONDS,
+    DEFAULT_PORT,
+    DEFAULT_PROXY_TIMEOUT,
+    LiveClusterURL,
+)
 from runtime.server.hosts import parse_allowed_hosts
 from runtime.server.live.discovery import KUBERNETES_MODES
 from runtime.storage.errors import InvalidKeyError
@@ -113,6 +119,11 @@ FRESHNESS = Setting(
     group=CACHE,
 )  # fmt: skip
 BUILD_TIMEOUT = Setting("--build-timeout", None, duration(), 900.0, "cap on one index build", "`15m`", group=CACHE)
+BUILD_WAIT = Setting(
+    "--build-wait", None, duration(allow_zero=True), DEFAULT_BUILD_WAIT,
+    "how long a request waits for a session's index build; then 503 with `Retry-After` and the build's progress",
+    f"`{DEFAULT_BUILD_WAIT:g}`", group=CACHE,
+)  # fmt: skip
 
 # Any: each flag parses to one LiveClusterURL, the setting is their list.
 LIVE_CLUSTERS = Setting[Any](
@@ -205,7 +216,7 @@ LOG_FORMAT = Setting[str | None](
 
 SETTINGS: tuple[Setting[Any], ...] = (
     HOST, PORT, WORKERS, THREADS, DASHBOARD_DIR, CLUSTERS_LIMIT, SECURE_COOKIES, ALLOWED_HOSTS,
-    CACHE_DIR, CACHE_MAX_SIZE, FRESHNESS, BUILD_TIMEOUT,
+    CACHE_DIR, CACHE_MAX_SIZE, FRESHNESS, BUILD_TIMEOUT, BUILD_WAIT,
     LIVE_CLUSTERS, KUBERNETES, KUBECONFIG, KUBECONFIGS, CLUSTER_DOMAIN, PROXY_TIMEOUT, MAX_LIVE_STREAMS,
     AUTH, AUTHZ, AUTHZ_RESOURCE, AUTHZ_POLICY,
     OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET_FILE, OIDC_GROUPS_CLAIM, OIDC_REDIRECT_URL, OIDC_COOKIE_KEY_FILE,

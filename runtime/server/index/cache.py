@@ -4,6 +4,11 @@
 * One build per session across threads *and* gunicorn workers: an in-process lock
   plus an ``flock`` on ``<index>.lock``; whoever gets the lock second finds the
   index built and just opens it (:mod:`runtime.server.index.locks`).
+* No request waits for a build longer than ``--build-wait``: builds (and freshness
+  checks) run in a background thread holding both locks (:mod:`.jobs`); a request
+  still waiting is answered 503 with the build's progress (:mod:`.progress`), read
+  from the progress file of the worker that builds when it is another one. While a
+  session is re-indexed its previous index keeps answering.
 * A session without an index is first checked to exist in storage (one delimited
   listing, remembered for a few seconds when absent), so a cookie naming a made-up
   session costs no lock, no lock file and no table entry: 404 at once. Lock files
@@ -33,9 +38,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runtime.server.errors import ApiError
+from runtime.server.errors import ApiError, IndexBuildingError
 from runtime.server.index.fingerprint import fingerprints
+from runtime.server.index.jobs import BuildJob, BuildJobs
 from runtime.server.index.locks import KeyedLocks, file_lock, lock_path, remove_lock_file
+from runtime.server.index.progress import BuildProgress, ProgressFile
 from runtime.server.index.reader import SessionIndex
 from runtime.server.index.schema import (
     META_EVENTS_FINGERPRINT,
@@ -60,6 +67,10 @@ TOUCH_INTERVAL = 60.0
 #: (capped by ``freshness_seconds``), and how many such answers are remembered.
 ABSENT_TTL = 5.0
 ABSENT_MAX = 4096
+#: A failed build's error is answered this long before a request builds again.
+FAILED_RETRY_SECONDS = 5.0
+#: What a 503 during a build tells clients to wait before asking again.
+BUILDING_RETRY_AFTER = 2
 
 
 class IndexCache:
@@ -72,6 +83,9 @@ class IndexCache:
         self.layout = layout
         self.metrics = metrics
         self._locks = KeyedLocks()
+        self._jobs = BuildJobs(
+            FAILED_RETRY_SECONDS, on_start=metrics.builds_in_progress.inc, on_end=metrics.builds_in_progress.dec
+        )
         self._touched: dict[str, float] = {}
         self._absent_guard = threading.Lock()
         self._absent: OrderedDict[str, float] = OrderedDict()  # session prefix -> when found absent
@@ -92,11 +106,14 @@ class IndexCache:
             # Evicted or wiped between ensure() and open(): build again, once.
             return SessionIndex(self.ensure(cluster, session))
 
-    def ensure(self, cluster: ClusterRef, session: str) -> Path:
+    def ensure(self, cluster: ClusterRef, session: str, wait: float | None = None) -> Path:
         """Make sure a current index exists; returns its path.
 
-        Raises ApiError(404) for a session with no stored objects and
-        SessionLoadError when the build fails."""
+        A build (or a freshness check) runs in the background; this waits for it at
+        most ``wait`` seconds (default ``--build-wait``). Raises ApiError(404) for a
+        session with no stored objects, the build's own error when it failed (for
+        ``FAILED_RETRY_SECONDS`` after it did), and IndexBuildingError (503 with the
+        build's progress) when it is still running and no older index can serve."""
         path = self.path_for(cluster, session)
         if _schema_ok(path) and not self._check_due(path):
             self.metrics.cache_requests.labels("hit").inc()
@@ -104,8 +121,19 @@ class IndexCache:
             return path
         if not path.exists():
             self._require_stored(cluster, session)  # before any lock or file exists
-        with self._locks.hold(str(path)), file_lock(path):
-            return self._ensure_locked(cluster, session, path)
+        job, started = self._jobs.start_or_join(path, lambda job: self._run_job(job, cluster, session, path))
+        if not started:
+            self.metrics.cache_requests.labels("joined").inc()  # another request's build or check
+        if not job.done.wait(self.config.build_wait if wait is None else wait):
+            if _schema_ok(path):
+                # Re-indexing (or a slow re-listing): the previous index answers meanwhile.
+                self.metrics.cache_requests.labels("stale").inc()
+                return path
+            self.metrics.building_answers.inc()
+            raise _building(cluster, session, job.current())
+        if job.error is not None:
+            raise job.error
+        return path
 
     # -------------------------------------------------------------- internals
     def _require_stored(self, cluster: ClusterRef, session: str) -> None:
@@ -127,13 +155,25 @@ class IndexCache:
                     self._absent.popitem(last=False)
         raise _no_objects(cluster, session)
 
-    def _ensure_locked(self, cluster: ClusterRef, session: str, path: Path) -> Path:
+    def _run_job(self, job: BuildJob, cluster: ClusterRef, session: str, path: Path) -> None:
+        """The body of a background build: both locks for its whole duration."""
+        with self._locks.hold(str(path)), file_lock(path, on_contended=job.waiting_elsewhere):
+            job.building_here()
+            try:
+                self._ensure_locked(cluster, session, path, job.progress)
+            finally:
+                job.progress.remove()  # before the lock goes: a file present means a build under way
+
+    def _ensure_locked(self, cluster: ClusterRef, session: str, path: Path, progress: ProgressFile) -> Path:
         usable = _schema_ok(path)
         if usable and not self._check_due(path):
             self.metrics.cache_requests.labels("hit").inc()  # another worker just built or checked it
             return path
         prefix = self.layout.session_prefix(cluster, session)
-        listing = list(self.store.walk(prefix))
+        listing: list[ObjectInfo] = []
+        for info in self.store.walk(prefix):
+            listing.append(info)
+            progress.report("listing", len(listing), None)  # a listing's length is known only at its end
         if not listing:
             raise _no_objects(cluster, session)
         events_fp, objects_fp = fingerprints(listing, prefix)
@@ -150,12 +190,14 @@ class IndexCache:
                 return path
             logger.info("index %s: event objects of %s changed, re-indexing", path.name, session)
         self.metrics.cache_requests.labels("miss").inc()
-        self._build(cluster, session, path, listing)
+        self._build(cluster, session, path, listing, progress)
         self._stamp(path)
         self._evict(keep=path)
         return path
 
-    def _build(self, cluster: ClusterRef, session: str, path: Path, listing: Sequence[ObjectInfo]) -> None:
+    def _build(
+        self, cluster: ClusterRef, session: str, path: Path, listing: Sequence[ObjectInfo], progress: ProgressFile
+    ) -> None:
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.building")
         prefix = self.layout.session_prefix(cluster, session)
         event_bytes = sum(info.size for info in listing if _is_event_key(info.key, prefix))
@@ -173,11 +215,12 @@ class IndexCache:
                     out=tmp,
                     listing=listing,
                     timeout=self.config.build_timeout,
+                    progress=progress.report,
                 )
             else:
                 from runtime.server.index.build import build_index
 
-                build_index(self.store, self.layout, cluster, session, tmp, listing=listing)
+                build_index(self.store, self.layout, cluster, session, tmp, listing=listing, progress=progress.report)
             os.replace(tmp, path)
             for suffix in ("-wal", "-shm"):  # stale companions of the replaced file
                 with contextlib.suppress(FileNotFoundError):
@@ -254,6 +297,14 @@ class IndexCache:
 
 
 # ------------------------------------------------------------------ helpers
+def _building(cluster: ClusterRef, session: str, progress: BuildProgress) -> IndexBuildingError:
+    percent = progress.percent()
+    done = f" ({percent} %)" if percent is not None else ""
+    where = f"session {session} of {cluster.namespace}/{cluster.name}"
+    msg = f"{where} is being indexed: {progress.phase}{done}; retry shortly"
+    return IndexBuildingError(msg, progress.as_json(), BUILDING_RETRY_AFTER, session)
+
+
 def _no_objects(cluster: ClusterRef, session: str) -> ApiError:
     return ApiError(404, f"session {session} of {cluster.namespace}/{cluster.name} has no objects in storage")
 

@@ -15,7 +15,7 @@ import contextlib
 import fcntl
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 LOCK_SUFFIX = ".lock"
@@ -65,16 +65,22 @@ def _same_file(fd: int, path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def file_lock(index: Path) -> Iterator[None]:
+def file_lock(index: Path, on_contended: Callable[[], None] | None = None) -> Iterator[None]:
     """Exclusive ``flock`` on the index's lock file; the lock file is removed on
     the way out when the index does not exist (a failed or refused build), so
-    lock files never outnumber indexes."""
+    lock files never outnumber indexes. ``on_contended`` is called before waiting
+    for a lock someone else holds."""
     path = lock_path(index)
     while True:
         index.parent.mkdir(parents=True, exist_ok=True)  # the directory may have been wiped
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if on_contended is not None:
+                    on_contended()
+                fcntl.flock(fd, fcntl.LOCK_EX)
         except BaseException:
             os.close(fd)
             raise

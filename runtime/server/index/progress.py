@@ -60,7 +60,7 @@ def progress_path(index: Path) -> Path:
 class ProgressFile:
     """The progress of the build this process runs for one index (thread-safe)."""
 
-    def __init__(self, index: Path, phase: str = "waiting for the build lock") -> None:
+    def __init__(self, index: Path, phase: str = "starting") -> None:
         self.path = progress_path(index)
         self._lock = threading.Lock()
         self._current = BuildProgress(phase)

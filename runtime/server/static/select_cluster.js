@@ -120,6 +120,22 @@
     }
   }
 
+  // "reading events 42 %" from a 503 answered while the session's index is built, else null.
+  async function buildProgress(response) {
+    let body;
+    try {
+      body = await response.clone().json();
+    } catch (_) {
+      return null;
+    }
+    if (!body || typeof body.phase !== "string") return null;
+    const { done, total } = body;
+    if (Number.isInteger(done) && Number.isInteger(total) && total > 0) {
+      return `${body.phase} ${Math.min(100, Math.floor((done * 100) / total))} %`;
+    }
+    return body.phase;
+  }
+
   async function enter(cluster, button) {
     const parts = [cluster.namespace, "raycluster", cluster.name, cluster.sessionName].map(encodeURIComponent);
     const buttons = document.querySelectorAll("button.open");
@@ -127,7 +143,16 @@
     button.textContent = "Opening...";
     setStatus(`Opening ${cluster.namespace}/${cluster.name} (${cluster.sessionName}); a session seen for the first time is indexed now, which can take a while.`);
     try {
-      const response = await fetch(base + "enter_cluster/" + parts.join("/"), { credentials: "same-origin", cache: "no-store" });
+      let response;
+      for (;;) {
+        response = await fetch(base + "enter_cluster/" + parts.join("/"), { credentials: "same-origin", cache: "no-store" });
+        const progress = response.status === 503 ? await buildProgress(response) : null;
+        if (!progress) break;
+        // Being indexed: show how far the build is and ask again when the server says.
+        setStatus(`Indexing ${cluster.namespace}/${cluster.name} (${cluster.sessionName}): ${progress}`);
+        const wait = Number(response.headers.get("Retry-After")) || 2;
+        await new Promise((resolve) => setTimeout(resolve, wait * 1000));
+      }
       if (!response.ok) throw new Error(`${response.status} ${await errorText(response)}`);
       const body = await response.json();
       if (body.result !== "success") throw new Error(body.msg || "unexpected answer");

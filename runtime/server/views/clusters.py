@@ -8,9 +8,11 @@ Differences from the reference (KubeRay's Go history server), on purpose:
   be listed (the body stays a JSON array) and takes ``?namespace=&name=`` filters;
 * ``/enter_cluster`` opened as a page by a browser redirects into the Dashboard
   (scripts and the picker's fetch still get the reference's JSON);
-* ``/enter_cluster`` builds the session's index before answering (no 503 until
-  re-entering) and lets an *older* stored session of a running cluster be entered:
-  only ``latest``/``live`` resolve to the live cluster;
+* ``/enter_cluster`` builds the session's index before answering (waiting at most
+  ``--build-wait``: then 503 with the build's progress as JSON, or for a browser a
+  page that reloads itself until the index is ready) and lets an *older* stored
+  session of a running cluster be entered: only ``latest``/``live`` resolve to the
+  live cluster;
 * the picker page loads its script and style from this server (no inline code),
   under a CSP without ``'unsafe-inline'``.
 """
@@ -29,10 +31,11 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from runtime.server.auth import readable_namespaces
 from runtime.server.context import services
-from runtime.server.errors import ApiError, json_response
+from runtime.server.errors import ApiError, IndexBuildingError, json_response
 from runtime.server.live.discovery import LiveCluster, LiveDiscoveryError
 from runtime.server.selection import LATEST, LIVE, Selection, set_selection_cookies
 from runtime.server.sessions import StoredSession, stored_sessions
+from runtime.server.views.building import building_page
 from runtime.storage.errors import InvalidKeyError, StorageError
 from runtime.storage.layout import (
     CLUSTER_KINDS,
@@ -172,7 +175,13 @@ def enter_cluster(namespace: str, kind: str, name: str, session: str = LATEST) -
         if session_created_at(session) is None:
             raise ApiError(400, f'invalid session name: "{session[:128]}"')
 
-    selection = _resolve(namespace, kind_l, name, session)
+    try:
+        selection = _resolve(namespace, kind_l, name, session)
+    except IndexBuildingError as exc:
+        if not _is_page_navigation():
+            raise
+        # No cookies yet: the reload enters again, and lands in the Dashboard once indexed.
+        return building_page(exc)
     response: Response
     if _is_page_navigation():
         # A person opened the URL (a link, the quickstart's output): land in the Dashboard.

@@ -73,8 +73,7 @@ class HistoryServerProcess:
     def session(self, namespace: str, name: str, session: str) -> requests.Session:
         """A client that entered one stored session (cookies set by the server)."""
         client = requests.Session()
-        answer = client.get(f"{self.url}/enter_cluster/{namespace}/raycluster/{name}/{session}", timeout=120)
-        answer.raise_for_status()
+        get_when_indexed(client, f"{self.url}/enter_cluster/{namespace}/raycluster/{name}/{session}", 120)
         return client
 
     def __enter__(self) -> HistoryServerProcess:
@@ -82,3 +81,23 @@ class HistoryServerProcess:
 
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
+
+
+def get_when_indexed(client: requests.Session, url: str, timeout: float, poll: float = 0.1) -> requests.Response:
+    """GET ``url`` again while the server answers 503 with an index build's progress
+    (``--build-wait`` ran out); raises for any other error or after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = client.get(url, timeout=max(1.0, deadline - time.monotonic()))
+        if not (answer.status_code == 503 and _reports_progress(answer)) or time.monotonic() > deadline:
+            answer.raise_for_status()
+            return answer
+        time.sleep(poll)  # finer than Retry-After: benches time the build
+
+
+def _reports_progress(answer: requests.Response) -> bool:
+    try:
+        body = answer.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and "phase" in body

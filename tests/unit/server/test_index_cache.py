@@ -78,7 +78,8 @@ def test_concurrent_requests_build_once(config: ServerConfig, store: ObjectStore
         t.join()
     assert not errors
     assert _count(metrics, "miss") == 1
-    assert _count(metrics, "hit") == 5
+    # The others joined the build, or came after it and found the index.
+    assert _count(metrics, "hit") + _count(metrics, "joined") == 5
     assert _task_count(cache, sample) > 0
 
 
