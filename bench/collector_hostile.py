@@ -89,7 +89,7 @@ def collector(tmp: Path, *flags: str) -> Iterator[tuple[int, int]]:
            "ENABLE_LOG_COLLECTOR": "false", "EVENTS_HOST": "127.0.0.1", "EVENTS_PORT": str(port)}  # fmt: skip
     with open(tmp / f"collector-{port}.log", "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime.collector.cli", *flags], env=env, cwd=REPO, stdout=log,
+            [sys.executable, "-m", "runtime.collector.main", *flags], env=env, cwd=REPO, stdout=log,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:

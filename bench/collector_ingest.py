@@ -135,7 +135,7 @@ def main() -> int:
             "LOG_LEVEL": "WARNING",
         }
         (work / "ray").mkdir()
-        proc = subprocess.Popen([sys.executable, "-m", "runtime.collector.cli"], env=env, cwd=REPO)
+        proc = subprocess.Popen([sys.executable, "-m", "runtime.collector.main"], env=env, cwd=REPO)
         os.sched_setaffinity(proc.pid, {cores[0]})
         if len(cores) > 1:
             os.sched_setaffinity(0, set(cores[1:]))

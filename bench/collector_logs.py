@@ -73,7 +73,7 @@ def main() -> int:
             "LOG_LEVEL": "WARNING",
             "RAY_COLLECTOR_SHUTDOWN_DEADLINE": "300s",
         }
-        proc = subprocess.Popen([sys.executable, "-m", "runtime.collector.cli"], env=env, cwd=REPO)
+        proc = subprocess.Popen([sys.executable, "-m", "runtime.collector.main"], env=env, cwd=REPO)
         try:
             wait_for_port(port, timeout=30, proc=proc)
             time.sleep(2)

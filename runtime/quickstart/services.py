@@ -125,12 +125,12 @@ def collector(options: QuickstartOptions, layout: RayLayout, log_path: Path, tok
         "RAY_COLLECTOR_EVENT_ROTATION_INTERVAL": "10s",
         **token.env(),
     }
-    return ManagedProcess("collector", [sys.executable, "-m", "runtime.collector.cli"], env, log_path)
+    return ManagedProcess("collector", [sys.executable, "-m", "runtime.collector.main"], env, log_path)
 
 
 def history_server(options: QuickstartOptions, log_path: Path) -> ManagedProcess:
     cmd = [
-        sys.executable, "-m", "runtime.server.cli",
+        sys.executable, "-m", "runtime.server.main",
         "--storage-backend=local",
         f"--local-storage-dir={options.storage_dir}",
         f"--host={options.host}",

@@ -1,6 +1,6 @@
 """Flags and environment -> :class:`ServerConfig`, for both ways the server starts.
 
-``historyserver`` (:mod:`runtime.server.cli`) and a gunicorn started by hand
+``historyserver`` (:mod:`runtime.server.main`) and a gunicorn started by hand
 (:mod:`runtime.server.gunicorn_conf` with ``HISTORYSERVER_ARGS``,
 :mod:`runtime.server.wsgi`) load their configuration here, so neither entry point
 imports the other. The settings themselves are declared in

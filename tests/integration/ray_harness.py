@@ -203,7 +203,7 @@ def collector_env(bucket: Path, ray: RayHead, cluster: ClusterRef, **extra: str)
 
 
 class CollectorProcess:
-    """``python -m runtime.collector.cli`` configured by environment only."""
+    """``python -m runtime.collector.main`` configured by environment only."""
 
     def __init__(self, env: dict[str, str], port: int, log_path: Path) -> None:
         self.env = {**os.environ, **env, "EVENTS_PORT": str(port), "EVENTS_HOST": "127.0.0.1"}
@@ -214,7 +214,7 @@ class CollectorProcess:
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "runtime.collector.cli"], env=self.env, cwd=REPO_ROOT,
+                [sys.executable, "-m", "runtime.collector.main"], env=self.env, cwd=REPO_ROOT,
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )  # fmt: skip
         wait_for_port(self.port, timeout=30, proc=self._proc)

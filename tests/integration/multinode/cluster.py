@@ -91,7 +91,7 @@ class Node:
 
     def start_collector(self) -> None:
         self.collector = NsProcess(
-            self.ns, [sys.executable, "-m", "runtime.collector.cli"], self.collector_env(),
+            self.ns, [sys.executable, "-m", "runtime.collector.main"], self.collector_env(),
             self.workdir / f"{self.role}-collector.log",
         ).start()  # fmt: skip
         self.recorder = NsProcess(

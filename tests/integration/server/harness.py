@@ -26,7 +26,7 @@ class HistoryServerProcess:
         self.args = [
             sys.executable,
             "-m",
-            "runtime.server.cli",
+            "runtime.server.main",
             "--storage-backend=local",
             f"--local-storage-dir={storage_dir}",
             f"--cache-dir={cache_dir}",

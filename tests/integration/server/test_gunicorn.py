@@ -155,7 +155,7 @@ def test_two_workers_sum_their_metrics(stored: tuple[Path, StoredSample]) -> Non
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "runtime.server.cli", *args]
+    command = [sys.executable, "-m", "runtime.server.main", *args]
     return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
 
 

@@ -12,7 +12,7 @@ SERVER_ONLY = ("flask", "gunicorn", "kubernetes", "rich")
 def test_collector_entry_point_and_app_load_no_server_dependency() -> None:
     # A fresh interpreter: this one has loaded the server for other tests.
     code = (
-        "import sys, runtime.collector.cli, runtime.collector.app\n"
+        "import sys, runtime.collector.main, runtime.collector.app\n"
         f"print(sorted(name for name in {SERVER_ONLY!r} if name in sys.modules))"
     )
     out = subprocess.run(

@@ -111,9 +111,9 @@ def test_builder_copies_are_enough_to_build_the_wheel(tmp_path: Path) -> None:
     )
     (wheel,) = out.glob("ray_history_server-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "runtime/collector/cli.py" in names
+    assert "runtime/collector/main.py" in names
     assert any(n.startswith("runtime/server/static/") for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "collector = runtime.collector.cli:main" in text
-    assert "historyserver = runtime.server.cli:main" in text
+    assert "collector = runtime.collector.main:main" in text
+    assert "historyserver = runtime.server.main:main" in text

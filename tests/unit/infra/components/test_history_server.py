@@ -18,7 +18,7 @@ from ray_history_pulumi.history_server import (
     HistoryServerK8s,
     quantity_bytes,
 )
-from runtime.server.cli import build_parser
+from runtime.server.main import build_parser
 from tests.unit.infra.mocks import RecordedResource, RecordingMocks
 from tests.unit.infra.schema_validation import validate_k8s
 

@@ -245,7 +245,7 @@ def test_master_does_not_import_prometheus_client() -> None:
     is first imported, which happens in the workers (after fork), never in the master."""
     code = (
         "import sys\n"
-        "import runtime.server.cli, runtime.server.wsgi, runtime.server.gunicorn_conf, runtime.server.live.k8s\n"
+        "import runtime.server.main, runtime.server.wsgi, runtime.server.gunicorn_conf, runtime.server.live.k8s\n"
         "assert 'prometheus_client' not in sys.modules, 'imported too early'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
@@ -253,6 +253,6 @@ def test_master_does_not_import_prometheus_client() -> None:
 
 def test_module_entry_point_help() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "runtime.server.cli", "--help"], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, "-m", "runtime.server.main", "--help"], capture_output=True, text=True, timeout=60, check=True
     )
     assert "--live-cluster" in out.stdout and "--cache-max-size" in out.stdout
