@@ -1,0 +1,103 @@
+"""Checks of a whole stack configuration that span sections (split from :mod:`infra.config`,
+which reads each section): where the cluster comes from, its name limits per cloud, the
+namespaces, and how nodes pull the images."""
+
+from __future__ import annotations
+
+from infra.config_model import StackConfig
+from infra.config_values import ConfigError, _key
+
+
+def check_cluster_source(config: StackConfig) -> None:
+    """Exactly one way to reach the cluster, and the identity facts an existing cluster needs."""
+    sources = [k for k, on in (("kubeconfig", config.kubeconfig), ("clusterStack", config.cluster_stack)) if on]
+    if config.create_cluster:
+        if config.cloud == "kind":
+            raise ConfigError(f"{_key('createCluster')} is not supported for kind: run `kind create cluster` first")
+        if sources:
+            raise ConfigError(f"{_key(sources[0])} must not be set when createCluster is true")
+    elif not sources:
+        raise ConfigError(
+            f"{_key('kubeconfig')} (a path or the content) or {_key('clusterStack')} is required "
+            "unless createCluster is true"
+        )
+    elif len(sources) > 1:
+        raise ConfigError(f"{_key('kubeconfig')} and {_key('clusterStack')} are exclusive: set one")
+    if config.create_cluster:
+        if config.aws is not None and len(config.aws.subnet_ids) < 2:
+            raise ConfigError(
+                f"{_key('aws.subnetIds')} must list at least two subnets (two AZs) to create an EKS cluster"
+            )
+        return
+    _check_existing_cluster_identity(config)
+
+
+def _check_existing_cluster_identity(config: StackConfig) -> None:
+    """What a storage identity needs to know about a cluster the stack does not create."""
+    if config.aws is not None:
+        if config.aws.identity_mode == "irsa":
+            for key, value in (
+                ("oidcProviderArn", config.aws.oidc_provider_arn),
+                ("oidcIssuerUrl", config.aws.oidc_issuer_url),
+            ):
+                if not value:
+                    raise ConfigError(f"{_key('aws.' + key)} is required for irsa on an existing cluster")
+        elif not config.aws.cluster_name:
+            raise ConfigError(f"{_key('aws.clusterName')} is required for pod-identity on an existing cluster")
+    if config.azure is not None and not config.azure.oidc_issuer_url:
+        raise ConfigError(f"{_key('azure.oidcIssuerUrl')} is required on an existing AKS cluster")
+
+
+#: The longest cluster name each cloud accepts for what the stack creates, and why.
+CLUSTER_NAME_LIMITS = {
+    "gcp": (40, "GKE cluster names allow 40 characters"),
+    "aws": (100, "EKS cluster names allow 100 characters"),
+    "azure": (54, "AKS uses the name as its DNS prefix, which allows 54 characters"),
+}
+
+
+def check_cluster_name(config: StackConfig) -> None:
+    """The created cluster's name against the cloud's real limit (not Kubernetes' 63)."""
+    if not config.create_cluster or config.cloud not in CLUSTER_NAME_LIMITS:
+        return
+    limit, why = CLUSTER_NAME_LIMITS[config.cloud]
+    name = config.cluster.name
+    if len(name) > limit:
+        raise ConfigError(f"{_key('cluster.name')} is {len(name)} characters: {why} (got {name!r})")
+    if config.cloud == "gcp" and not name[0].isalpha():
+        raise ConfigError(f"{_key('cluster.name')} must start with a letter on GKE (got {name!r})")
+
+
+def check_namespaces(config: StackConfig) -> None:
+    """Ray pods never run in the history server's namespace (Pod Security level ``restricted``)."""
+    if config.namespace in config.workloads.namespaces:
+        raise ConfigError(
+            f"{_key('workloads.namespaces')} lists {config.namespace!r}, the history server's namespace "
+            f"({_key('namespace')}): it enforces the 'restricted' Pod Security Standard, which Ray pods do not "
+            "meet, and with workloads.createNamespaces it would be created twice; run Ray in another namespace"
+        )
+
+
+def check_image_pull(config: StackConfig) -> None:
+    """Nodes must be able to pull from a registry the stack creates."""
+    creates_registry = config.images.build and not config.images.registry
+    if (
+        config.azure is not None
+        and creates_registry
+        and not config.create_cluster
+        and not config.azure.kubelet_object_id
+    ):
+        raise ConfigError(
+            f"{_key('azure.kubeletObjectId')} is required to build images into the registry the stack creates "
+            "on an existing AKS cluster: its kubelet identity gets AcrPull, or every pod ends in ImagePullBackOff "
+            "(`az aks show -n CLUSTER -g GROUP --query identityProfile.kubeletidentity.objectId -o tsv`); "
+            "or set images.registry / images.build false"
+        )
+    if config.gcp is not None and config.gcp.image_pull_members and not creates_registry:
+        raise ConfigError(
+            f"{_key('gcp.imagePullMembers')} applies only to the Artifact Registry repository the stack creates "
+            "(images.build true, images.registry empty)"
+        )
+
+
+# --- entry points -------------------------------------------------------------------------------
