@@ -23,6 +23,7 @@ from runtime.storage.base import ObjectStore
 from runtime.storage.config import open_store
 
 logger = logging.getLogger(__name__)
+INDEX_AHEAD_EXTENSION = "historyserver.index_ahead"
 
 
 def create_app(
@@ -49,6 +50,8 @@ def create_app(
         config=config, store=store, layout=layout, indexes=indexes, live=live, metrics=metrics
     )
 
+    if config.index_ahead:
+        _start_index_ahead(app, indexes, store, live)
     register_error_handlers(app)
     register_request_guards(app, config.allowed_hosts)
     # Before the blueprints' own hooks: nothing runs for a caller who may not read.
@@ -56,6 +59,25 @@ def create_app(
     _register_blueprints(app)
     _instrument(app, metrics)
     return app
+
+
+def _start_index_ahead(app: Flask, indexes: IndexCache, store: ObjectStore, live: LiveDirectory) -> None:
+    """Index finished sessions in the background (each gunicorn worker runs the
+    threads; slots on the cache directory bound the builds of them all)."""
+    from runtime.server.index.ahead import IndexAhead
+    from runtime.server.sessions import StoredSessions
+
+    config = indexes.config
+    sessions = StoredSessions(store, indexes.layout)
+    ahead = IndexAhead(
+        indexes,
+        lambda: sessions.current(refresh=True),
+        live,
+        workers=config.index_ahead_workers,
+        max_age=config.index_ahead_max_age,
+    )
+    app.extensions[INDEX_AHEAD_EXTENSION] = ahead
+    ahead.start()
 
 
 def access_control_from_config(config: ServerConfig) -> AccessControl:

@@ -28,6 +28,8 @@ DEFAULT_SUBPROCESS_BUILD_BYTES = 64 * 1024**2
 #: How long a request waits for an index build before it is answered 503 with the
 #: build's progress (the build goes on).
 DEFAULT_BUILD_WAIT = 5.0
+#: Sessions created longer ago than this are not indexed ahead (``--index-ahead-max-age``).
+DEFAULT_INDEX_AHEAD_MAX_AGE = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,10 @@ class ServerConfig:
             late uploads (0 = on every request that opens the session).
         build_timeout: upper bound for one cold index build.
         build_wait: how long a request waits for a build before a 503 with its progress.
+        index_ahead: index finished sessions in the background (off unless asked for
+            here; the command line turns it on unless ``--no-index-ahead``).
+        index_ahead_workers: builds run ahead at once on the cache directory.
+        index_ahead_max_age: sessions created longer ago (seconds) are not indexed ahead.
         subprocess_build_bytes: event bytes above which a build runs in a child process.
         live_clusters: static live clusters (outside Kubernetes or in addition to it).
         kubernetes: ``auto`` (in-cluster config when available), ``in-cluster``,
@@ -81,6 +87,9 @@ class ServerConfig:
     freshness_seconds: float = DEFAULT_FRESHNESS_SECONDS
     build_timeout: float = 900.0
     build_wait: float = DEFAULT_BUILD_WAIT
+    index_ahead: bool = False
+    index_ahead_workers: int = 1
+    index_ahead_max_age: float = DEFAULT_INDEX_AHEAD_MAX_AGE
     subprocess_build_bytes: int = DEFAULT_SUBPROCESS_BUILD_BYTES
     live_clusters: tuple[LiveClusterURL, ...] = ()
     kubernetes: str = "auto"

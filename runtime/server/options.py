@@ -206,6 +206,9 @@ def config_from_args(
         freshness_seconds=args.freshness_seconds,
         build_timeout=args.build_timeout,
         build_wait=args.build_wait,
+        index_ahead=not args.no_index_ahead,  # on by default; --index-ahead only says so
+        index_ahead_workers=args.index_ahead_workers,
+        index_ahead_max_age=args.index_ahead_max_age,
         live_clusters=tuple(args.live_cluster),
         kubernetes=kubernetes,
         kubeconfig=kubeconfig,

@@ -16,6 +16,7 @@ from runtime.common.validators import choice, duration, positive_int, tcp_port
 from runtime.server.config import (
     DEFAULT_BUILD_WAIT,
     DEFAULT_FRESHNESS_SECONDS,
+    DEFAULT_INDEX_AHEAD_MAX_AGE,
     DEFAULT_PORT,
     DEFAULT_PROXY_TIMEOUT,
     LiveClusterURL,
@@ -124,6 +125,23 @@ BUILD_WAIT = Setting(
     "how long a request waits for a session's index build; then 503 with `Retry-After` and the build's progress",
     f"`{DEFAULT_BUILD_WAIT:g}`", group=CACHE,
 )  # fmt: skip
+INDEX_AHEAD = Setting(
+    "--index-ahead", None, bool, False,
+    "index finished sessions in the background, newest first, before anyone asks (the default)", "on",
+    group=CACHE, switch=True,
+)  # fmt: skip
+NO_INDEX_AHEAD = Setting(
+    "--no-index-ahead", None, bool, False, "index a session only when a request needs it", "off",
+    group=CACHE, switch=True,
+)  # fmt: skip
+INDEX_AHEAD_WORKERS = Setting(
+    "--index-ahead-workers", None, positive_int, 1,
+    "index builds run ahead at once on this cache directory, all gunicorn workers together", group=CACHE,
+)  # fmt: skip
+INDEX_AHEAD_MAX_AGE = Setting(
+    "--index-ahead-max-age", None, duration(), DEFAULT_INDEX_AHEAD_MAX_AGE,
+    "sessions created longer ago are indexed only when a request needs them", "`168h`", group=CACHE,
+)  # fmt: skip
 
 # Any: each flag parses to one LiveClusterURL, the setting is their list.
 LIVE_CLUSTERS = Setting[Any](
@@ -217,6 +235,7 @@ LOG_FORMAT = Setting[str | None](
 SETTINGS: tuple[Setting[Any], ...] = (
     HOST, PORT, WORKERS, THREADS, DASHBOARD_DIR, CLUSTERS_LIMIT, SECURE_COOKIES, ALLOWED_HOSTS,
     CACHE_DIR, CACHE_MAX_SIZE, FRESHNESS, BUILD_TIMEOUT, BUILD_WAIT,
+    INDEX_AHEAD, NO_INDEX_AHEAD, INDEX_AHEAD_WORKERS, INDEX_AHEAD_MAX_AGE,
     LIVE_CLUSTERS, KUBERNETES, KUBECONFIG, KUBECONFIGS, CLUSTER_DOMAIN, PROXY_TIMEOUT, MAX_LIVE_STREAMS,
     AUTH, AUTHZ, AUTHZ_RESOURCE, AUTHZ_POLICY,
     OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET_FILE, OIDC_GROUPS_CLAIM, OIDC_REDIRECT_URL, OIDC_COOKIE_KEY_FILE,

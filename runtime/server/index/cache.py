@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 from runtime.server.errors import ApiError, IndexBuildingError
 from runtime.server.index.fingerprint import fingerprints
-from runtime.server.index.jobs import BuildJob, BuildJobs
+from runtime.server.index.jobs import BuildJob, BuildJobs, lower_priority
 from runtime.server.index.locks import KeyedLocks, file_lock, lock_path, remove_lock_file
 from runtime.server.index.progress import BuildProgress, ProgressFile
 from runtime.server.index.reader import SessionIndex
@@ -106,14 +106,23 @@ class IndexCache:
             # Evicted or wiped between ensure() and open(): build again, once.
             return SessionIndex(self.ensure(cluster, session))
 
-    def ensure(self, cluster: ClusterRef, session: str, wait: float | None = None) -> Path:
+    def used_bytes(self) -> int:
+        """What the indexes in the directory take (their WAL files included)."""
+        return sum(_size(p) + _size(Path(f"{p}-wal")) for p in self.dir.glob(f"*{INDEX_SUFFIX}"))
+
+    def is_indexed(self, cluster: ClusterRef, session: str) -> bool:
+        """An index of the current schema exists (fresh or not)."""
+        return _schema_ok(self.path_for(cluster, session))
+
+    def ensure(self, cluster: ClusterRef, session: str, wait: float | None = None, *, ahead: bool = False) -> Path:
         """Make sure a current index exists; returns its path.
 
         A build (or a freshness check) runs in the background; this waits for it at
         most ``wait`` seconds (default ``--build-wait``). Raises ApiError(404) for a
         session with no stored objects, the build's own error when it failed (for
         ``FAILED_RETRY_SECONDS`` after it did), and IndexBuildingError (503 with the
-        build's progress) when it is still running and no older index can serve."""
+        build's progress) when it is still running and no older index can serve.
+        ``ahead``: indexing ahead of any request, at a lower CPU priority."""
         path = self.path_for(cluster, session)
         if _schema_ok(path) and not self._check_due(path):
             self.metrics.cache_requests.labels("hit").inc()
@@ -121,7 +130,7 @@ class IndexCache:
             return path
         if not path.exists():
             self._require_stored(cluster, session)  # before any lock or file exists
-        job, started = self._jobs.start_or_join(path, lambda job: self._run_job(job, cluster, session, path))
+        job, started = self._jobs.start_or_join(path, lambda job: self._run_job(job, cluster, session, path, ahead))
         if not started:
             self.metrics.cache_requests.labels("joined").inc()  # another request's build or check
         if not job.done.wait(self.config.build_wait if wait is None else wait):
@@ -155,8 +164,10 @@ class IndexCache:
                     self._absent.popitem(last=False)
         raise _no_objects(cluster, session)
 
-    def _run_job(self, job: BuildJob, cluster: ClusterRef, session: str, path: Path) -> None:
+    def _run_job(self, job: BuildJob, cluster: ClusterRef, session: str, path: Path, ahead: bool) -> None:
         """The body of a background build: both locks for its whole duration."""
+        if ahead:
+            lower_priority()
         with self._locks.hold(str(path)), file_lock(path, on_contended=job.waiting_elsewhere):
             job.building_here()
             try:

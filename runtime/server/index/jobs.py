@@ -9,6 +9,7 @@ every request in that window, so a broken session is not rebuilt on every reques
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +18,18 @@ from pathlib import Path
 from runtime.server.index.progress import ELSEWHERE, BuildProgress, ProgressFile, read_progress
 
 logger = logging.getLogger(__name__)
+
+#: The nice value of a build started ahead of any request (its processes inherit it).
+AHEAD_NICE = 10
+
+
+def lower_priority() -> None:
+    """Run this thread (and the processes it starts) at ``AHEAD_NICE``: CPU goes to
+    requests and to the builds users wait for first, and to this one when idle."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), AHEAD_NICE)  # per thread on Linux
+    except OSError as exc:
+        logger.debug("cannot lower the priority of an index-ahead build: %s", exc)
 
 
 class BuildJob:

@@ -1,7 +1,8 @@
 """A browser entering a session that is being indexed, in headless Chromium: the
 progress page reloads itself into the Dashboard, and the cluster picker shows the
 build's progress before it opens the Dashboard. ``--build-wait 0`` makes every
-build outlast the request that started it, so the small sample session is enough."""
+build outlast the request that started it, so the small sample session is enough
+(and ``--no-index-ahead`` leaves the builds to the requests)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def world(
     store = open_store(StorageConfig(backend="local", local_dir=str(root / "store"), create_bucket=True))
     by_url = write_sample_session(store, KeyLayout(""), ClusterRef("default", "entered-by-url"))
     by_picker = write_sample_session(store, KeyLayout(""), ClusterRef("default", "entered-by-picker"))
-    with HistoryServerProcess(root / "store", root / "cache", "--build-wait=0") as server:
+    with HistoryServerProcess(root / "store", root / "cache", "--build-wait=0", "--no-index-ahead") as server:
         yield server, by_url, by_picker
 
 

@@ -1,0 +1,194 @@
+"""Index finished sessions before anyone asks (``--index-ahead``).
+
+* **Finished**: a newer session of the same cluster is stored (a cluster runs one
+  session at a time), or live discovery answered and the cluster is not running;
+  the rules of ``ray-history gc`` (:mod:`runtime.storage.retention`). A session that
+  may still be running is left to on-demand indexing, as before.
+* **Which first**: newest first, created within ``--index-ahead-max-age``, not
+  indexed yet, not failed in the last ``FAILED_RETRY_SECONDS``.
+* **Bounded**: at most ``--index-ahead-workers`` builds at once on this cache
+  directory, whatever the number of gunicorn workers: a build holds one of that
+  many ``flock`` slots. Builds run at a lower CPU priority (``jobs.AHEAD_NICE``), so that
+  requests and the builds users wait for come first.
+* **Within the cache**: nothing is indexed ahead while the indexes take
+  ``CACHE_SHARE`` of ``--cache-max-size``, so it never evicts what people use.
+* **A user request jumps the queue**: it starts its own build at once (or joins the
+  one under way for its session); the queue never delays it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from runtime.storage.layout import ClusterRef
+
+if TYPE_CHECKING:
+    from runtime.server.index.cache import IndexCache
+    from runtime.server.live.discovery import LiveDirectory
+
+logger = logging.getLogger(__name__)
+
+#: How often the stored sessions are scanned for finished ones not yet indexed.
+SCAN_SECONDS = 30.0
+#: A session whose build failed is tried again after this long.
+FAILED_RETRY_SECONDS = 3600.0
+SLOT_PREFIX = "index-ahead-slot-"
+#: Builds ahead stop while the indexes take this share of ``--cache-max-size``.
+CACHE_SHARE = 0.8
+
+
+class StoredSession(Protocol):
+    """One stored session (:class:`runtime.server.sessions.StoredSession`)."""
+
+    @property
+    def cluster(self) -> ClusterRef: ...
+    @property
+    def session(self) -> str: ...
+    @property
+    def created_at(self) -> datetime: ...
+
+
+class IndexAhead:
+    """The queue of finished sessions to index, and the threads that index them."""
+
+    def __init__(
+        self,
+        cache: IndexCache,
+        sessions: Callable[[], Sequence[StoredSession]],
+        live: LiveDirectory,
+        *,
+        workers: int,
+        max_age: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cache, self.sessions, self.live = cache, sessions, live
+        self.workers = max(1, workers)
+        self.max_age = max_age
+        self._clock = clock
+        self._guard = threading.Lock()
+        self._claimed: set[tuple[str, str, str]] = set()
+        self._failed: dict[tuple[str, str, str], float] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # ------------------------------------------------------------ the queue
+    def candidates(self) -> list[StoredSession]:
+        """Finished sessions to index, newest first."""
+        sessions = self.sessions()  # newest first
+        listing = self.live.list_clusters()
+        live = {(c.namespace, c.name) for c in listing.clusters} if listing.available else None
+        newest: dict[tuple[str, str], float] = {}
+        for stored in sessions:
+            key = (stored.cluster.namespace, stored.cluster.name)
+            newest[key] = max(newest.get(key, 0.0), stored.created_at.timestamp())
+        now = self._clock()
+        found = []
+        for stored in sessions:  # newest first
+            started = stored.created_at.timestamp()
+            cluster = (stored.cluster.namespace, stored.cluster.name)
+            if now - started > self.max_age:
+                continue
+            finished = newest[cluster] > started or (live is not None and cluster not in live)
+            if (
+                not finished
+                or self._failed_lately(stored, now)
+                or self.cache.is_indexed(stored.cluster, stored.session)
+            ):
+                continue
+            found.append(stored)
+        return found
+
+    def index_next(self) -> StoredSession | None:
+        """Index the newest candidate nobody else here is indexing, if a slot is free;
+        returns it (None: nothing to do, or no free slot)."""
+        with self._slot() as free:
+            if not free or self._cache_nearly_full():
+                return None
+            stored = self._claim()
+            if stored is None:
+                return None
+            try:
+                self.cache.ensure(stored.cluster, stored.session, wait=self.cache.config.build_timeout + 60, ahead=True)
+                logger.info("indexed ahead: %s/%s %s", stored.cluster.namespace, stored.cluster.name, stored.session)
+            except Exception as exc:  # logged; a user request for it answers the error
+                logger.warning("indexing %s ahead failed: %s", stored.session, exc)
+                with self._guard:
+                    self._failed[_key(stored)] = self._clock()
+            finally:
+                with self._guard:
+                    self._claimed.discard(_key(stored))
+            return stored
+
+    # ----------------------------------------------------------- the threads
+    def start(self) -> None:
+        for n in range(self.workers):
+            thread = threading.Thread(target=self._loop, name=f"index-ahead-{n}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                busy = self.index_next() is not None
+            except Exception:  # a storage outage while scanning: try again later
+                logger.exception("scanning sessions to index ahead failed")
+                busy = False
+            if not busy:
+                self._stop.wait(SCAN_SECONDS)
+
+    # -------------------------------------------------------------- helpers
+    def _claim(self) -> StoredSession | None:
+        for stored in self.candidates():
+            with self._guard:
+                if _key(stored) not in self._claimed:
+                    self._claimed.add(_key(stored))
+                    return stored
+        return None
+
+    def _cache_nearly_full(self) -> bool:
+        """Indexing ahead must not evict the indexes people use: it stops at
+        ``CACHE_SHARE`` of ``--cache-max-size``."""
+        bound = self.cache.config.cache_max_bytes
+        return bound > 0 and self.cache.used_bytes() >= bound * CACHE_SHARE
+
+    def _failed_lately(self, stored: StoredSession, now: float) -> bool:
+        with self._guard:
+            failed_at = self._failed.get(_key(stored))
+        return failed_at is not None and now - failed_at < FAILED_RETRY_SECONDS
+
+    @contextlib.contextmanager
+    def _slot(self) -> Iterator[bool]:
+        """One of ``workers`` slots on the cache directory, shared by every process."""
+        for n in range(self.workers):
+            path = Path(self.cache.dir) / f"{SLOT_PREFIX}{n}.lock"
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield True
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+            return
+        yield False
+
+
+def _key(stored: StoredSession) -> tuple[str, str, str]:
+    return stored.cluster.namespace, stored.cluster.name, stored.session
