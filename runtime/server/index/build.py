@@ -25,17 +25,16 @@ import sqlite3
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import orjson
 
 from runtime.server.errors import SessionLoadError
-from runtime.server.index import schema
 from runtime.server.index.cpus import usable_cpus
 from runtime.server.index.fingerprint import fingerprints
+from runtime.server.index.index_file import INSERT_OBJECT, BuildStats, object_rows, write_meta
 from runtime.server.index.pool import WorkerError, WorkerPool
 from runtime.server.index.progress import ProgressCallback, no_progress
 from runtime.server.index.shard_db import BULK_PRAGMAS, append_shards, create_bulk_db, split_ddl, write_shard
@@ -49,7 +48,6 @@ from runtime.server.replay.shard import ShardResult, TaskShard
 from runtime.storage.base import ObjectInfo, ObjectStore
 from runtime.storage.errors import StorageError
 from runtime.storage.layout import ClusterRef, KeyLayout
-from runtime.storage.session_keys import relative_key
 
 logger = logging.getLogger(__name__)
 
@@ -57,31 +55,7 @@ logger = logging.getLogger(__name__)
 PARALLEL_MIN_BYTES = 24 * 1024 * 1024
 MAX_PROCESSES = 8
 GZIP_RATIO = 10
-_INSERT_OBJECT = "INSERT OR REPLACE INTO objects (rel_key, size, version) VALUES (?, ?, ?)"
 _INSERT_LOG_EVENT = "INSERT OR REPLACE INTO log_events (job_id, ts, event_id, event_json) VALUES (?, ?, ?, ?)"
-
-
-@dataclass
-class BuildStats:
-    files: int = 0  # event objects listed
-    unreadable_files: int = 0
-    event_bytes: int = 0  # bytes of the event objects read (as stored)
-    events: int = 0  # unique events (duplicates excluded)
-    duplicate_events: int = 0
-    bad_lines: int = 0
-    bad_events: int = 0
-    by_type: dict[str, int] = field(default_factory=dict)
-    tasks: int = 0
-    actors: int = 0
-    jobs: int = 0
-    nodes: int = 0
-    log_events: int = 0
-    seconds: float = 0.0
-    log_files: int = 0
-    log_bad_lines: int = 0
-    profile_events: int = 0
-    gzip_errors: int = 0
-    processes: int = 0  # task-shard worker processes (0: in-process)
 
 
 def build_index(
@@ -124,7 +98,7 @@ def build_index(
             _unlink_all(path)
     events_fp, objects_fp = fingerprints(listing, prefix)
     stats.seconds = round(time.perf_counter() - started, 3)
-    _write_meta(out_path, cluster, session, (events_fp, objects_fp), stats)
+    write_meta(out_path, cluster, session, (events_fp, objects_fp), stats)
     logger.info(
         "indexed session %s: %d events from %d files, %d task attempts in %.2fs (%d worker processes)",
         session,
@@ -135,22 +109,6 @@ def build_index(
         stats.processes,
     )
     return stats
-
-
-def refresh_objects(path: Path, listing: Sequence[ObjectInfo], session_prefix: str) -> None:
-    """Replace only the ``objects`` table and the objects fingerprint (logs changed)."""
-    _, objects_fp = fingerprints(listing, session_prefix)
-    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("DELETE FROM objects")
-        conn.executemany(_INSERT_OBJECT, _objects(listing, session_prefix))
-        conn.execute(
-            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (schema.META_OBJECTS_FINGERPRINT, objects_fp)
-        )
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
 
 
 class _GcPause:
@@ -347,7 +305,7 @@ class _Build:
             insert_jobs(conn, jobs)
             log_rows = self.logs.rows()
             conn.executemany(_INSERT_LOG_EVENT, log_rows)
-            conn.executemany(_INSERT_OBJECT, _objects(listing, prefix))
+            conn.executemany(INSERT_OBJECT, object_rows(listing, prefix))
             conn.execute("COMMIT")
             for statement in split_ddl()[1]:  # those the task shard made already exist
                 conn.execute(statement)
@@ -371,37 +329,3 @@ def _unlink_all(path: Path) -> None:
     for suffix in ("", "-wal", "-shm", "-journal", ".rest", ".stderr"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"{path}{suffix}")
-
-
-def _objects(listing: Sequence[ObjectInfo], prefix: str) -> Iterator[tuple[str, int, str]]:
-    for info in listing:
-        yield relative_key(info.key, prefix), info.size, info.version or ""
-
-
-def _write_meta(path: Path, cluster: ClusterRef, session: str, prints: tuple[str, str], stats: BuildStats) -> None:
-    """Meta last, then WAL: a file with meta is a complete index."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        # No fsync of the freshly written file: the caller renames it into place and a
-        # damaged index is rebuilt from storage, which stays the source of truth.
-        conn.execute("PRAGMA synchronous = OFF")
-        cluster_json = {
-            "namespace": cluster.namespace,
-            "name": cluster.name,
-            "owner_kind": cluster.owner_kind,
-            "owner_name": cluster.owner_name,
-        }
-        meta = {
-            schema.META_SCHEMA_VERSION: str(schema.SCHEMA_VERSION),
-            schema.META_EVENTS_FINGERPRINT: prints[0],
-            schema.META_OBJECTS_FINGERPRINT: prints[1],
-            schema.META_BUILT_AT: str(int(time.time())),
-            schema.META_BUILD_SECONDS: str(stats.seconds),
-            schema.META_SESSION: session,
-            schema.META_CLUSTER: orjson.dumps(cluster_json).decode(),
-            schema.META_STATS: orjson.dumps(asdict(stats)).decode(),
-        }
-        conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", list(meta.items()))
-        conn.execute("PRAGMA journal_mode = WAL")
-    finally:
-        conn.close()

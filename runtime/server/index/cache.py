@@ -192,7 +192,7 @@ class IndexCache:
             meta = _read_meta(path)
             if meta.get(META_EVENTS_FINGERPRINT) == events_fp:
                 if meta.get(META_OBJECTS_FINGERPRINT) != objects_fp:
-                    from runtime.server.index.build import refresh_objects
+                    from runtime.server.index.index_file import refresh_objects
 
                     refresh_objects(path, listing, prefix)
                     logger.info("index %s: refreshed the object list of %s", path.name, session)
