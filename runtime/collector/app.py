@@ -119,6 +119,7 @@ class Collector:
                 upload_interval=config.log_upload_interval,
                 metrics=self.metrics,
                 on_session=self._session_seen if self.snapshots else None,
+                node_for_session=self.identity.node_id_for,
             )
 
     def _dashboard(self, base_url: str) -> DashboardClient:

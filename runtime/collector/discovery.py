@@ -136,6 +136,14 @@ class NodeIdentity:
         with self._lock:
             return self._node
 
+    def node_id_for(self, session: str) -> str | None:
+        """This node's ID in ``session``, None while discovery knows another session (or
+        none): the log shipper may see a new session before discovery does, and must not
+        file its logs under the previous session's node."""
+        with self._lock:
+            known = self._session_dir.name if self._session_dir is not None else None
+            return self._node if known == session else None
+
     def session_dir(self) -> Path | None:
         with self._lock:
             return self._session_dir
@@ -166,9 +174,12 @@ class NodeIdentity:
                 )
             else:
                 self._errors.success("session")
-            node, source = self._discover_node(session_dir, session_changed=new_session != old_session)
+            session_changed = new_session != old_session
+            node, source = self._discover_node(session_dir, session_changed=session_changed)
             if node is None:
-                node, source = old_node, self._node_source  # unknown this pass: keep what we had
+                # Unknown this pass: keep what we had, unless it was the previous
+                # session's node (a restarted Ray has a new node ID).
+                node, source = (None, "") if session_changed else (old_node, self._node_source)
             with self._lock:
                 self._node, self._node_source, self._session_dir = node, source, session_dir
                 listeners = list(self._listeners)
@@ -196,6 +207,8 @@ class NodeIdentity:
             now = self._clock()
             if session_changed or socket_now != self._socket:
                 self._trigger_until = now + TRIGGER_WINDOW
+            if session_changed:
+                self._dash_node = None  # the dashboard's answer named the previous session's node
             self._socket = socket_now
             if self._dashboard_due(now, known=self._dash_node is not None or local is not None):
                 self._dash_asked_at = now

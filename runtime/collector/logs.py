@@ -59,6 +59,7 @@ class LogShipper:
         upload_interval: float,
         metrics: CollectorMetrics,
         on_session: Callable[[str], None] | None = None,
+        node_for_session: Callable[[str], str | None] | None = None,
         rescan_interval: float = 300.0,
         session_check_interval: float = 2.0,
         workers: int = 4,
@@ -67,6 +68,8 @@ class LogShipper:
         self._cluster = cluster
         self._tmp_root = Path(tmp_root)
         self._node_id = node_id
+        # When given, asked instead of node_id with the session being shipped.
+        self._node_for_session = node_for_session
         self._interval = upload_interval
         self._metrics = metrics
         self._on_session = on_session
@@ -209,7 +212,11 @@ class LogShipper:
     def _live_node(self) -> str | None:
         """The node id to file logs under, or None while unknown."""
         try:
-            node = self._node_id()
+            if self._node_for_session is not None:
+                session = self._session_dir.name if self._session_dir is not None else None
+                node = self._node_for_session(session) if session is not None else None
+            else:
+                node = self._node_id()
             return validate_node_id(node) if node else None
         except Exception as exc:  # InvalidKeyError, or a failing callable
             self._warn_once("node", f"no usable node id yet: {exc}")

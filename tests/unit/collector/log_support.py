@@ -128,7 +128,12 @@ class Env:
         self.metrics = CollectorMetrics()
         self.shippers: list[LogShipper] = []
 
-    def shipper(self, store: LocalStore | None = None, **kw: float) -> LogShipper:
+    def shipper(
+        self,
+        store: LocalStore | None = None,
+        node_for_session: Callable[[str], str | None] | None = None,
+        **kw: float,
+    ) -> LogShipper:
         shipper = LogShipper(
             store=store or self.store,
             layout=LAYOUT,
@@ -138,6 +143,7 @@ class Env:
             upload_interval=kw.pop("upload_interval", INTERVAL),
             metrics=self.metrics,
             on_session=self.sessions.append,
+            node_for_session=node_for_session,
             rescan_interval=kw.pop("rescan_interval", 300.0),
             session_check_interval=kw.pop("session_check_interval", 0.1),
         )

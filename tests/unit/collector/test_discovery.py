@@ -230,6 +230,45 @@ def test_session_change_is_detected_and_listeners_called(tmp_path: Path, ray_roo
     assert identity.session_name() == SESSION_B
 
 
+@pytest.mark.parametrize("new_dir_names_node", [True, False])
+def test_head_restart_with_the_dashboard_down_never_keeps_the_old_node(
+    tmp_path: Path, ray_root: Path, dashboard: FakeDashboard, new_dir_names_node: bool
+) -> None:
+    """Found by the two-node head-restart scenario: the head's dashboard is down while
+    Ray starts again, and the last dashboard answer (the previous session's node) was
+    kept, so the new session's first logs were filed under the old node's ID."""
+    dashboard.reply(NODES, nodes_body(alive(DASH_NODE)))
+    identity = NodeIdentity(make_config(tmp_path, ray_root), DashboardClient(dashboard.url), dashboard_recheck=0)
+    identity.refresh()
+    assert identity.node_id() == DASH_NODE
+
+    dashboard.reply(NODES, b"down", status=503)  # the new head's dashboard is not up yet
+    make_session(ray_root, SESSION_B, OTHER_NODE if new_dir_names_node else None)
+    point_latest(ray_root, SESSION_B)
+    assert identity.refresh() is True
+    assert identity.session_name() == SESSION_B
+    # The new session's own directory, or unknown until it tells: never the old node.
+    assert identity.node_id() == (OTHER_NODE if new_dir_names_node else None)
+    identity.refresh()
+    assert identity.node_id() == (OTHER_NODE if new_dir_names_node else None)
+
+    dashboard.reply(NODES, nodes_body(alive(OTHER_NODE)))  # the dashboard is back
+    identity.refresh()
+    assert identity.node_id() == OTHER_NODE
+
+
+def test_node_id_for_answers_only_for_the_session_discovery_knows(tmp_path: Path, ray_root: Path) -> None:
+    identity = NodeIdentity(make_config(tmp_path, ray_root, fq_ray_ip=None), None)
+    assert identity.node_id_for(SESSION_A) is None  # nothing discovered yet
+    identity.refresh()
+    assert identity.node_id_for(SESSION_A) == DIR_NODE
+    make_session(ray_root, SESSION_B, OTHER_NODE)
+    point_latest(ray_root, SESSION_B)
+    assert identity.node_id_for(SESSION_B) is None  # discovery has not looked since
+    identity.refresh()
+    assert (identity.node_id_for(SESSION_A), identity.node_id_for(SESSION_B)) == (None, OTHER_NODE)
+
+
 class FakeClock:
     def __init__(self) -> None:
         self.now = 1000.0

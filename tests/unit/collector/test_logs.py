@@ -148,6 +148,32 @@ def test_session_switch_moves_old_session_to_prev_logs_under_its_own_node(env: E
     assert shipper.stop(time.monotonic() + 5) is True
 
 
+def test_new_session_waits_for_its_own_node_id_when_discovery_lags(env: Env) -> None:
+    """Found by the two-node head-restart scenario: the shipper saw the new session a
+    moment before discovery did and filed its first logs under the previous node."""
+    known = {"session": SESSION_A, "node": NODE_A}  # what discovery knows, both at once
+
+    def node_for_session(session: str) -> str | None:
+        return known["node"] if session == known["session"] else None
+
+    (env.logs / "raylet.out").write_bytes(b"old session\n")
+    shipper = env.shipper(node_for_session=node_for_session, upload_interval=60)
+    shipper.start()
+    wait_for(lambda: stored(env.store, key(SESSION_A, NODE_A, "raylet.out")) == b"old session\n")
+
+    new_session = make_session(env.root, SESSION_B, NODE_B)
+    (new_session / "logs" / "raylet.out").write_bytes(b"new session\n")
+    point_latest(env.root, SESSION_B)  # discovery has not noticed yet
+    wait_for(lambda: SESSION_B in env.sessions, what="the shipper to see the new session")
+    time.sleep(0.5)  # several shipper passes
+    assert stored(env.store, key(SESSION_B, NODE_A, "raylet.out")) is None
+
+    known.update(session=SESSION_B, node=NODE_B)
+    wait_for(lambda: stored(env.store, key(SESSION_B, NODE_B, "raylet.out")) == b"new session\n", what="new node")
+    assert shipper.stop(time.monotonic() + 5) is True
+    assert stored(env.store, key(SESSION_B, NODE_A, "raylet.out")) is None
+
+
 def test_leftover_session_at_start_filed_under_node_from_raylet_out(env: Env) -> None:
     old = make_session(env.root, SESSION_OLD, None)
     (old / "logs" / "raylet.out").write_bytes(f"[state] Setting node ID node_id={NODE_C}\n".encode())
