@@ -180,8 +180,13 @@ class TwoNodeCluster:
     def start(self) -> None:
         self.head.start_collector()
         self.worker.start_collector()
+        self.start_ray()
+
+    def start_ray(self) -> None:
+        """Ray on both nodes (again, after a restart: a new session in the same temp roots)."""
         self.head.start_ray()
-        self.dashboard = Tunnel(self.topology.head, HEAD_IP, DASHBOARD_PORT, self.workdir).start()
+        if self.dashboard is None:  # one per cluster: it connects afresh for every request
+            self.dashboard = Tunnel(self.topology.head, HEAD_IP, DASHBOARD_PORT, self.workdir).start()
         wait_until(self._dashboard_up, 180, f"the head's dashboard (see {self.workdir}/head-ray-start.log)")
         self.worker.start_ray()
         wait_until(lambda: self.alive_nodes() == 2, 180, "two ALIVE nodes in /api/v0/nodes")
@@ -206,6 +211,23 @@ class TwoNodeCluster:
     def alive_nodes(self) -> int:
         nodes = self.get("/api/v0/nodes?limit=100")["data"]["result"]["result"]
         return sum(1 for n in nodes if n["state"] == "ALIVE")
+
+    def stop_ray(self) -> None:
+        """Ray stops on both nodes, the worker first (a graceful stop); collectors and
+        recorders keep running. Returns once no Ray process is left in either namespace."""
+        for node in (self.worker, self.head):
+            node.stop_ray()
+        for node in (self.worker, self.head):
+            keep = {p.pid for p in (node.collector, node.recorder) if p is not None}
+            if node is self.head and self.dashboard is not None:
+                keep.add(self.dashboard.inner.pid)
+            wait_until(partial(self._only, node.ns, keep), 60, f"Ray gone from {node.ns}")
+
+    def _only(self, ns: str, keep: set[int]) -> bool:
+        return set(self.topology.pids(ns)) <= keep
+
+    def live_tasks(self) -> list[dict[str, Any]]:
+        return list(self.get("/api/v0/tasks?detail=1&limit=10000")["data"]["result"]["result"])
 
     def node_ids(self) -> dict[str, str]:
         """IP -> node ID of every node the head's dashboard lists (Ray's own view, not the collector's)."""
