@@ -108,6 +108,7 @@ def _history_server(s: _Section) -> HistoryServerSettings:
             f"{_key('historyServer.cacheStorageClass')} must be a StorageClass name (got {storage_class!r})"
         )
     return HistoryServerSettings(
+        replicas=s.positive_int("replicas", HistoryServerSettings.replicas),
         cache_size=cache_size,
         cache_storage_class=storage_class,
         cluster_role_name=s.dns_subdomain("clusterRoleName", HistoryServerSettings.cluster_role_name),

@@ -89,6 +89,10 @@ class HistoryServerSettings:
     """The history server Deployment.
 
     Attributes:
+        replicas: server pods (at least 1). Two or more add a PodDisruptionBudget (node
+            drains evict one pod at a time) and spread the pods over nodes and zones. Each pod
+            has its own index cache: a session's first request on a pod builds its index there
+            (or the pod's background indexing has built it ahead).
         cache_size: size of the index cache (``20Gi``); the server fills 80 % of it.
         cache_storage_class: empty = an ``emptyDir`` counted in the pod's ``ephemeral-storage``
             request (GKE Autopilot allows at most 10Gi of that per pod); a StorageClass name =
@@ -97,6 +101,7 @@ class HistoryServerSettings:
             the same cluster needs its own name).
     """
 
+    replicas: int = 1
     cache_size: str = "8Gi"
     cache_storage_class: str = ""
     cluster_role_name: str = "raycluster-reader"

@@ -158,6 +158,7 @@ def deploy(config: StackConfig | None = None) -> Deployment:
             namespace=config.namespace,
             create_namespace=config.namespace not in namespaces,
             image_pull_policy=config.images.pull_policy,
+            replicas=config.history_server.replicas,
             cache_size_limit=config.history_server.cache_size,
             cache_storage_class=config.history_server.cache_storage_class or None,
             cluster_role_name=config.history_server.cluster_role_name,

@@ -12,7 +12,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from ray_history_pulumi import server_exposure
+from ray_history_pulumi import server_exposure, server_replicas
 from ray_history_pulumi.cloud_ingress import HistoryServerIngress, plan_ingress
 from ray_history_pulumi.contracts import SERVER_SERVICE_ACCOUNT, StorageWiring
 from ray_history_pulumi.server_access import REVIEW_RULES, ServerAccess
@@ -68,7 +68,9 @@ class HistoryServerArgs:
         wiring: what the storage component hands over (env, identity, secrets).
         namespace: where the server runs.
         create_namespace: create it (False: it exists already).
-        replicas: server pods (each keeps its own index cache).
+        replicas: server pods, each with its own index cache volume; two or more add a
+            PodDisruptionBudget (one pod evicted at a time) and spread the pods over nodes
+            and zones (preferred).
         cache_size_limit: size of the index cache: the emptyDir's ``sizeLimit``, or the PVC's
             request with ``cache_storage_class``.
         cache_storage_class: None = an ``emptyDir``, requested (and limited) as the pod's
@@ -283,7 +285,7 @@ class HistoryServerK8s(pulumi.ComponentResource):
                 "selector": {"match_labels": labels},
                 "template": {
                     "metadata": {"labels": {**labels, **args.wiring.server.pod_labels}},
-                    "spec": self._pod_spec(args, env),
+                    "spec": {**self._pod_spec(args, env), **server_replicas.pod_spreading(args.replicas, labels)},
                 },
             },
             # The pod's credentials work only once the cloud side of its identity exists.
@@ -292,6 +294,7 @@ class HistoryServerK8s(pulumi.ComponentResource):
                 depends_on=[*depends, account, *args.wiring.server.ready, *args.image_ready, *access_objects],
             ),
         )
+        server_replicas.disruption_budget(name, args.replicas, namespace=ns, labels=labels, opts=in_ns)
         service = k8s.core.v1.Service(
             f"{name}-service",
             metadata={

@@ -300,6 +300,9 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], str]] = [
     ),
     # #13 items 4, 11: the server's cache and the names that are cluster- or project-wide.
     ("cache size", base(historyServer={"cacheSize": "lots"}), "ray-history-server:historyServer.cacheSize must be"),
+    # #18 item 5: replicas.
+    ("no replicas", base(historyServer={"replicas": 0}), "ray-history-server:historyServer.replicas must be at least"),
+    ("replicas not a number", base(historyServer={"replicas": "two"}), "ray-history-server:historyServer.replicas"),
     (
         "cache storage class",
         base(historyServer={"cacheStorageClass": "Fast SSD"}),
@@ -378,3 +381,9 @@ def test_names_shared_by_stacks_are_configurable() -> None:
     assert (config.history_server.cache_size, config.history_server.cache_storage_class) == ("50Gi", "ssd")
     assert config.kuberay.release_name == "kuberay-team-b"
     assert config.images.repository == "ray-history-team-b"
+
+
+def test_history_server_replicas() -> None:
+    """One pod unless asked; Pulumi hands ``pulumi config set --path historyServer.replicas 3`` over as a string."""
+    assert parse_config(base()).history_server.replicas == 1
+    assert parse_config(base(historyServer={"replicas": "3"})).history_server.replicas == 3

@@ -126,6 +126,21 @@ def test_gke_cache_storage_class_gives_a_generic_ephemeral_volume() -> None:
     assert claim["resources"] == {"requests": {"storage": "100Gi"}}
 
 
+def test_replicas_setting_reaches_the_deployment_with_a_disruption_budget() -> None:
+    """``historyServer.replicas: 2`` runs two server pods and a PodDisruptionBudget over them, so a
+    node drain evicts one at a time (https://kubernetes.io/docs/tasks/run-application/configure-pdb/)."""
+    values = created_cluster_values("gke")
+    values["historyServer"] = {"replicas": 2}
+    mocks, _ = deploy_with(values)
+    deployment = _deployment(mocks).inputs
+    assert deployment["spec"]["replicas"] == 2
+    budget = mocks.one("kubernetes:policy/v1:PodDisruptionBudget").inputs
+    assert budget["spec"] == {"maxUnavailable": 1, "selector": deployment["spec"]["selector"]}
+    defaults, _ = deploy_with(created_cluster_values("gke"))
+    assert _deployment(defaults).inputs["spec"]["replicas"] == 1
+    assert defaults.of_type("kubernetes:policy/v1:PodDisruptionBudget") == []
+
+
 def test_gke_created_cluster_nodes_pull_with_their_own_service_account() -> None:
     """The created cluster's node service account reads the stack's Artifact Registry repository.
 

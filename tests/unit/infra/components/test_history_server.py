@@ -282,3 +282,66 @@ def test_ingress_host_is_allowed_by_the_real_parser() -> None:
     argv = [f"--dashboard-dir={local_build}" if a.startswith("--dashboard-dir=") else a for a in argv]
     parsed = build_parser().parse_args(argv)
     assert "hist.example.com" in str(parsed.allowed_hosts)
+
+
+def test_one_replica_has_no_budget_and_no_spreading() -> None:
+    """One pod: a PodDisruptionBudget would either allow evicting it anyway (maxUnavailable 1)
+    or block every node drain (minAvailable 1), so there is none; nothing to spread either."""
+    objects = _by_kind(_deploy(_args()))
+    assert "PodDisruptionBudget" not in objects
+    assert objects["Deployment"]["spec"]["replicas"] == 1
+    assert "topologySpreadConstraints" not in objects["Deployment"]["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("storage_class", [None, "standard-rwo"])
+def test_replicas_get_a_disruption_budget_spreading_and_a_cache_volume_each(storage_class: str | None) -> None:
+    """Two or more replicas: a ``policy/v1`` PodDisruptionBudget with ``maxUnavailable: 1``
+    over exactly the server's pods, preferred spreading over nodes and zones, and a cache
+    volume made per pod.
+
+    Kubernetes, "Specifying a Disruption Budget for your Application": ``maxUnavailable``
+    bounds how many pods selected by ``.spec.selector`` may be unavailable after a voluntary
+    eviction (a node drain uses the Eviction API, which refuses evictions past the budget);
+    the selector should match the controller's
+    (https://kubernetes.io/docs/tasks/run-application/configure-pdb/,
+    https://kubernetes.io/docs/concepts/workloads/pods/disruptions/#pod-disruption-budgets).
+    "Pod Topology Spread Constraints": ``whenUnsatisfiable: ScheduleAnyway`` is a preference
+    the scheduler weighs, never a reason to leave a pod pending; ``matchLabelKeys:
+    [pod-template-hash]`` counts only the pods of the same revision
+    (https://kubernetes.io/docs/concepts/scheduling-eviction/topology-spread-constraints/).
+    "Ephemeral Volumes": an ``emptyDir`` lives and dies with its pod, and a generic ephemeral
+    volume's claim is created per pod, owned by it
+    (https://kubernetes.io/docs/concepts/storage/ephemeral-volumes/#generic-ephemeral-volumes).
+    """
+    objects = _by_kind(_deploy(_args(replicas=3, cache_storage_class=storage_class, cache_size_limit="10Gi")))
+    for obj in objects.values():
+        validate_k8s(obj)
+    deployment = objects["Deployment"]
+    assert deployment["spec"]["replicas"] == 3
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+
+    budget = objects["PodDisruptionBudget"]
+    assert budget["apiVersion"] == "policy/v1"
+    assert budget["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert budget["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+
+    spec = deployment["spec"]["template"]["spec"]
+    spread = {c["topologyKey"]: c for c in spec["topologySpreadConstraints"]}
+    assert set(spread) == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
+    for constraint in spread.values():
+        assert constraint["whenUnsatisfiable"] == "ScheduleAnyway"
+        assert constraint["maxSkew"] == 1
+        assert constraint["labelSelector"] == {"matchLabels": selector}
+        assert constraint["matchLabelKeys"] == ["pod-template-hash"]
+
+    # The cache is a volume of the pod template, never a claim shared by the replicas.
+    (cache,) = [v for v in spec["volumes"] if v["name"] == "cache"]
+    assert "persistentVolumeClaim" not in cache
+    if storage_class is None:
+        assert cache == {"name": "cache", "emptyDir": {"sizeLimit": "10Gi"}}
+    else:
+        claim = cache["ephemeral"]["volumeClaimTemplate"]["spec"]
+        assert claim["accessModes"] == ["ReadWriteOnce"] and claim["storageClassName"] == storage_class
+    assert not any("persistentVolumeClaim" in v for v in spec["volumes"])
