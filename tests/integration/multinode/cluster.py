@@ -16,6 +16,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from functools import partial
@@ -201,12 +203,24 @@ class TwoNodeCluster:
             return False
 
     def get(self, path: str, timeout: float = 30) -> Any:
-        with urllib.request.urlopen(f"{self.dashboard_url}{path}", timeout=timeout) as resp:  # noqa: S310
-            return json.loads(resp.read())
+        return json.loads(self._read(path, timeout))
 
     def get_text(self, path: str, timeout: float = 30) -> str:
-        with urllib.request.urlopen(f"{self.dashboard_url}{path}", timeout=timeout) as resp:  # noqa: S310
-            return str(resp.read().decode("utf-8", "replace"))
+        return self._read(path, timeout).decode("utf-8", "replace")
+
+    def _read(self, path: str, timeout: float, patience: float = 30.0) -> bytes:
+        """The live dashboard's answer. It is the reference these tests compare with, not
+        the product under test: a 5xx while Ray catches up (a task's log info not yet in
+        the GCS right after it finished) is retried for ``patience`` seconds."""
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.dashboard_url}{path}", timeout=timeout) as resp:  # noqa: S310
+                    return bytes(resp.read())
+            except urllib.error.HTTPError as error:
+                if error.code < 500 or time.monotonic() > deadline:
+                    raise
+            time.sleep(1.0)
 
     def alive_nodes(self) -> int:
         nodes = self.get("/api/v0/nodes?limit=100")["data"]["result"]["result"]
