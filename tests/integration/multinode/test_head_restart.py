@@ -8,6 +8,7 @@ served by the history server."""
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import time
@@ -20,6 +21,7 @@ import pytest
 import requests
 
 from runtime.collector.session_files import PREV_LOGS
+from runtime.storage.layout import ENDPOINTS_DIR, endpoint_storage_name
 from tests.integration.multinode.cluster import CLUSTER, Node, TwoNodeCluster, compare_logs
 from tests.integration.ray_harness import stored_events, unique_id, wait_until
 from tests.integration.server.harness import HistoryServerProcess
@@ -34,6 +36,22 @@ def run_job(cluster: TwoNodeCluster, prefix: str) -> set[tuple[str, int, str | N
     submission = unique_id(prefix)
     cluster.submit("two_nodes.py", submission)
     assert cluster.wait_job(submission) == "SUCCEEDED", cluster.get(f"/api/jobs/{submission}")
+    # A job's status exists only in the dashboard's /api/jobs/ answer (no event carries it):
+    # the head's collector stores it every poll. A head that stops before the next poll
+    # leaves the status it last stored, so wait for that poll, as a job's end is not the
+    # cluster's end in real life either.
+    stored = (
+        cluster.cluster_prefix() / cluster.head.session_dir().name / ENDPOINTS_DIR / endpoint_storage_name("/api/jobs/")
+    )
+
+    def status_stored() -> bool:
+        try:
+            jobs = json.loads(stored.read_bytes())
+        except (OSError, ValueError):
+            return False
+        return any(j.get("submission_id") == submission and j.get("status") == "SUCCEEDED" for j in jobs)
+
+    wait_until(status_stored, 60, f"the stored /api/jobs/ snapshot shows {submission} SUCCEEDED")
     tasks = cluster.live_tasks()  # node_id is None for an actor's creation task here, live and stored
     return {(str(t["task_id"]), int(t["attempt_number"]), t["node_id"]) for t in tasks}
 
