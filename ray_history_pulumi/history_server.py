@@ -15,6 +15,7 @@ import pulumi_kubernetes as k8s
 from ray_history_pulumi import server_exposure, server_replicas
 from ray_history_pulumi.cloud_ingress import HistoryServerIngress, plan_ingress
 from ray_history_pulumi.contracts import SERVER_SERVICE_ACCOUNT, StorageWiring
+from ray_history_pulumi.pod_security import restricted_container_security, restricted_pod_security
 from ray_history_pulumi.server_access import REVIEW_RULES, ServerAccess
 from runtime.common.quantities import parse_quantity
 
@@ -26,7 +27,6 @@ CONTAINER_PORT = 8080
 CACHE_DIR = "/var/cache/historyserver"
 #: Where images/server/Dockerfile puts the Ray Dashboard build.
 DASHBOARD_DIR = "/opt/ray-dashboard"
-RUN_AS_USER = 1000
 #: Share of the cache volume the server may fill before evicting indexes; the rest
 #: is slack so the kubelet never evicts the pod for exceeding sizeLimit.
 CACHE_FILL_RATIO = 0.8
@@ -348,13 +348,7 @@ class HistoryServerK8s(pulumi.ComponentResource):
             "service_account_name": SERVER_SERVICE_ACCOUNT,
             "automount_service_account_token": True,  # RayCluster discovery uses the API
             "termination_grace_period_seconds": 30,  # gunicorn's graceful timeout is 25 s
-            "security_context": {
-                "run_as_non_root": True,
-                "run_as_user": RUN_AS_USER,
-                "run_as_group": RUN_AS_USER,
-                "fs_group": RUN_AS_USER,
-                "seccomp_profile": {"type": "RuntimeDefault"},
-            },
+            "security_context": restricted_pod_security(),
             "containers": [
                 {
                     "name": "historyserver",
@@ -370,14 +364,7 @@ class HistoryServerK8s(pulumi.ComponentResource):
                     "liveness_probe": probe("/livez", 20, 6),
                     "readiness_probe": probe("/readz", 10, 3),
                     "resources": args.container_resources(),
-                    "security_context": {
-                        "run_as_non_root": True,
-                        "run_as_user": RUN_AS_USER,
-                        "allow_privilege_escalation": False,
-                        "read_only_root_filesystem": True,
-                        "capabilities": {"drop": ["ALL"]},
-                        "seccomp_profile": {"type": "RuntimeDefault"},
-                    },
+                    "security_context": restricted_container_security(),
                     "volume_mounts": [
                         {"name": "cache", "mount_path": CACHE_DIR},
                         {"name": "tmp", "mount_path": "/tmp"},  # noqa: S108 - an emptyDir

@@ -26,7 +26,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from ray_history_pulumi.contracts import IdentityWiring, StorageWiring
-from ray_history_pulumi.history_server import RUN_AS_USER, container_env
+from ray_history_pulumi.history_server import container_env
+from ray_history_pulumi.pod_security import restricted_container_security, restricted_pod_security
 
 RETENTION_SERVICE_ACCOUNT = "ray-history-gc"
 CRON_JOB_NAME = "ray-history-gc"
@@ -205,13 +206,7 @@ def _pod_spec(args: SessionRetentionArgs, env: pulumi.Output[list[dict[str, Any]
         "service_account_name": args.account_name,
         "automount_service_account_token": True,  # --live-check kubernetes lists RayClusters
         "restart_policy": "Never",  # the Job's backoff_limit retries, in a fresh pod
-        "security_context": {
-            "run_as_non_root": True,
-            "run_as_user": RUN_AS_USER,
-            "run_as_group": RUN_AS_USER,
-            "fs_group": RUN_AS_USER,
-            "seccomp_profile": {"type": "RuntimeDefault"},
-        },
+        "security_context": restricted_pod_security(),
         "containers": [
             {
                 "name": "gc",
@@ -222,14 +217,7 @@ def _pod_spec(args: SessionRetentionArgs, env: pulumi.Output[list[dict[str, Any]
                 "args": args.gc_args(),
                 "env": env,
                 "resources": args.resources,
-                "security_context": {
-                    "run_as_non_root": True,
-                    "run_as_user": RUN_AS_USER,
-                    "allow_privilege_escalation": False,
-                    "read_only_root_filesystem": True,
-                    "capabilities": {"drop": ["ALL"]},
-                    "seccomp_profile": {"type": "RuntimeDefault"},
-                },
+                "security_context": restricted_container_security(),
                 "volume_mounts": [{"name": "tmp", "mount_path": "/tmp"}],  # noqa: S108 - an emptyDir
             }
         ],
