@@ -2,8 +2,12 @@
 
 * **Finished**: a newer session of the same cluster is stored (a cluster runs one
   session at a time), or live discovery answered and the cluster is not running;
-  the rules of ``ray-history gc`` (:mod:`runtime.storage.retention`). A session that
-  may still be running is left to on-demand indexing, as before.
+  the rules of ``ray-history gc`` (:mod:`runtime.storage.retention`). Where live
+  discovery cannot answer (no Kubernetes API, e.g. the quickstart), a session none of
+  whose objects changed for ``QUIET_SECONDS`` is taken as finished too: a wrong guess
+  costs one build, since an index whose objects changed is rebuilt on the next request
+  (gc, which deletes, never uses this rule). A session that may still be running is
+  left to on-demand indexing, as before.
 * **Which first**: newest first, created within ``--index-ahead-max-age``, not
   indexed yet, not failed in the last ``FAILED_RETRY_SECONDS``.
 * **Bounded**: at most ``--index-ahead-workers`` builds at once on this cache
@@ -44,6 +48,10 @@ FAILED_RETRY_SECONDS = 3600.0
 SLOT_PREFIX = "index-ahead-slot-"
 #: Builds ahead stop while the indexes take this share of ``--cache-max-size``.
 CACHE_SHARE = 0.8
+#: With liveness unknown, a session whose objects have not changed for this long is
+#: taken as finished. The collector ships events within seconds and logs within a
+#: minute of their writing, so half an hour of silence is an ended session or an idle one.
+QUIET_SECONDS = 1800.0
 
 
 class StoredSession(Protocol):
@@ -68,11 +76,16 @@ class IndexAhead:
         *,
         workers: int,
         max_age: float,
+        quiet: float = QUIET_SECONDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.cache, self.sessions, self.live = cache, sessions, live
         self.workers = max(1, workers)
         self.max_age = max_age
+        self.quiet = quiet
+        #: session -> (newest object's time, when to look again): one listing per session
+        #: per quiet period, not one per scan.
+        self._quiet_checks: dict[tuple[str, str, str], tuple[float, float]] = {}
         self._clock = clock
         self._guard = threading.Lock()
         self._claimed: set[tuple[str, str, str]] = set()
@@ -98,6 +111,8 @@ class IndexAhead:
             if now - started > self.max_age:
                 continue
             finished = newest[cluster] > started or (live is not None and cluster not in live)
+            if not finished and live is None:
+                finished = self._quiet_since(stored, now)
             if (
                 not finished
                 or self._failed_lately(stored, now)
@@ -151,6 +166,26 @@ class IndexAhead:
                 self._stop.wait(SCAN_SECONDS)
 
     # -------------------------------------------------------------- helpers
+    def _quiet_since(self, stored: StoredSession, now: float) -> bool:
+        """Whether none of the session's objects changed for ``quiet`` seconds."""
+        key = _key(stored)
+        with self._guard:
+            known = self._quiet_checks.get(key)
+        if known is not None and now < known[1]:
+            return now - known[0] >= self.quiet
+        prefix = self.cache.layout.session_prefix(stored.cluster, stored.session)
+        times = [info.updated.timestamp() for info in self.cache.store.walk(prefix) if info.updated is not None]
+        if not times:  # the storage reports no modification times: cannot tell
+            return False
+        newest = max(times)
+        quiet = now - newest >= self.quiet
+        # Once quiet, look again only if the index is not built by then (new objects
+        # would make it stale anyway); while busy, when the silence could have lasted.
+        recheck = now + self.quiet if quiet else newest + self.quiet
+        with self._guard:
+            self._quiet_checks[key] = (newest, recheck)
+        return quiet
+
     def _claim(self) -> StoredSession | None:
         for stored in self.candidates():
             with self._guard:

@@ -136,3 +136,43 @@ def test_nothing_is_indexed_ahead_into_a_nearly_full_cache(world: World) -> None
     world.cache.config = replace(world.cache.config, cache_max_bytes=world.cache.used_bytes())
     assert world.ahead().index_next() is None
     assert not world.cache.is_indexed(GONE, SESSION_A)
+
+
+def test_liveness_unknown_a_quiet_session_is_finished(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No Kubernetes API to ask (the quickstart, a server outside the cluster): a session
+    is finished once none of its objects changed for ``quiet`` seconds; until then only
+    a newer session proves an end. Listings are not repeated on every scan."""
+    world.live.available = False
+    written = max(
+        info.updated.timestamp() for info in world.store.walk(world.gone.session_prefix) if info.updated is not None
+    )
+    clock = [written + 60.0]
+    walks: list[str] = []
+    walk = world.store.walk
+
+    def counting_walk(prefix: str = "") -> Iterator[object]:
+        if "/cluster-history/" in f"/{prefix}":  # a session's objects, not the markers
+            walks.append(prefix)
+        return walk(prefix)
+
+    monkeypatch.setattr(world.store, "walk", counting_walk)
+    ahead = IndexAhead(
+        world.cache,
+        lambda: world.sessions.current(refresh=True),
+        world.live,
+        workers=1,
+        max_age=MAX_AGE,
+        quiet=600.0,
+        clock=lambda: clock[0],
+    )
+    assert _names(ahead.candidates()) == [(DEMO.name, OLDER)], "written a minute ago: may be running"
+    listed = len(walks)
+    assert listed == 2, "one listing for each newest session of its cluster"
+    ahead.candidates()
+    assert len(walks) == listed, "not listed again before the silence could have lasted"
+    clock[0] = written + 601.0
+    found = _names(ahead.candidates())
+    assert sorted(found[:2]) == [(DEMO.name, SESSION_A), (GONE.name, SESSION_A)] and found[2:] == [(DEMO.name, OLDER)]
+    world.store.put_bytes(LAYOUT.log_key(GONE, SESSION_A, "b" * 56, "raylet.out"), b"late\n")
+    clock[0] = time.time() + 60.0  # a new object: busy again once its session is looked at again
+    assert (GONE.name, SESSION_A) not in _names(ahead.candidates())
