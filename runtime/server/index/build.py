@@ -156,6 +156,7 @@ class _Build:
         self.others: list[object] = []
         self.base_ns = base_ns_for(session)
         self.shard_paths = [out_path] + [Path(f"{out_path}.shard{n}") for n in range(1, stats.processes)]
+        self.tasks_last_ms = 0  # the latest task transition of any shard
 
     def run(self, read_workers: int, started: float) -> None:
         """Read, route and replay everything; the task shards are written at the end."""
@@ -272,6 +273,7 @@ class _Build:
     def _count(self, results: list[ShardResult]) -> None:
         stats, counters = self.stats, self.replay.counters
         for result in results:
+            self.tasks_last_ms = max(self.tasks_last_ms, result.last_ms)
             stats.events += result.events
             stats.duplicate_events += result.duplicate_events
             stats.bad_lines += result.bad_lines
@@ -296,14 +298,15 @@ class _Build:
             if len(self.shard_paths) > 1:
                 append_shards(conn, self.shard_paths[1:], _unlink_all)
             conn.execute("BEGIN")
-            nodes = replay.nodes.rows(self.session)
+            log_rows = self.logs.rows()
+            end_ms = self._session_end_ms(log_rows)
+            nodes = replay.nodes.rows(self.session, end_ms)
             insert_nodes(conn, nodes)
             node_ips = replay.nodes.ips()
-            actors = replay.actors.rows(node_ips)
+            actors = replay.actors.rows(node_ips, end_ms)
             insert_actors(conn, actors)
             jobs = merge_jobs(replay.jobs.event_objects(node_ips), parse_snapshot(self.sources.snapshot_data))
             insert_jobs(conn, jobs)
-            log_rows = self.logs.rows()
             conn.executemany(_INSERT_LOG_EVENT, log_rows)
             conn.executemany(INSERT_OBJECT, object_rows(listing, prefix))
             conn.execute("COMMIT")
@@ -314,6 +317,13 @@ class _Build:
             stats.actors, stats.jobs, stats.nodes, stats.log_events = len(actors), len(jobs), len(nodes), len(log_rows)
         finally:
             conn.close()
+
+    def _session_end_ms(self, log_rows: list[tuple[str, float, str, bytes]]) -> int | None:
+        """The last moment the session's stored events record (ms; None: no time at
+        all): the ended forms of nodes and actors end there."""
+        log_ms = int(max((row[1] for row in log_rows), default=0) * 1000)
+        found = max(self.replay.last.ms or 0, self.tasks_last_ms, log_ms)
+        return found or None
 
 
 def _processes(requested: int | None, event_bytes: int) -> int:

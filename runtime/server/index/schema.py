@@ -11,6 +11,9 @@ Conventions every writer and reader relies on:
 * times are Unix milliseconds (INTEGER) or NULL when unknown;
 * ``*_json`` columns hold the exact JSON bytes (orjson) of the object the Dashboard
   API returns for that row, so a list response is ``b",".join(rows)``;
+* ``nodes.ended_json`` / ``actors.ended_json``: the object as served once the
+  session has ended (DEAD at the session's end); NULL when the events already say
+  DEAD (:mod:`runtime.server.replay.ended`);
 * ``tasks.brief_json`` is the task as ``/api/v0/tasks`` returns it without
   ``detail``; ``tasks.extra_json`` holds only the detail-only fields. The detail
   form is ``brief[:-1] + b"," + extra[1:]`` (see :func:`splice_detail`).
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 #: Bump whenever the schema or the meaning of a column changes: indexes built by an
 #: older version are rebuilt rather than misread.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 DDL = """
 PRAGMA journal_mode = WAL;
@@ -101,7 +104,8 @@ CREATE TABLE IF NOT EXISTS actors (
     class_name TEXT NOT NULL DEFAULT '',
     repr_name  TEXT NOT NULL DEFAULT '',
     required_resources_json BLOB,               -- for pending demands in cluster status
-    actor_json BLOB NOT NULL
+    actor_json BLOB NOT NULL,
+    ended_json BLOB                             -- actor_json once the session ended; NULL: already DEAD
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS actors_by_node ON actors (node_id);
 
@@ -129,7 +133,8 @@ CREATE TABLE IF NOT EXISTS nodes (
     is_head        INTEGER NOT NULL DEFAULT 0,
     resources_text TEXT NOT NULL DEFAULT '',
     node_json      BLOB NOT NULL,
-    raw_json       BLOB NOT NULL                -- merged definition + transitions (cluster status)
+    raw_json       BLOB NOT NULL,               -- merged definition + transitions (cluster status)
+    ended_json     BLOB                         -- node_json once the session ended; NULL: already DEAD
 ) WITHOUT ROWID;
 
 -- Ray "log events" (logs/events/event_*.log) for /events; event_json is camelCase.

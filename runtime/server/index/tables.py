@@ -12,7 +12,7 @@ from runtime.server.replay.nodes import NodeRow
 def insert_nodes(conn: sqlite3.Connection, rows: list[NodeRow]) -> None:
     conn.executemany(
         "INSERT OR REPLACE INTO nodes (node_id, ip, hostname, node_name, state, node_group, is_head, resources_text,"
-        " node_json, raw_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " node_json, raw_json, ended_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 r.node_id,
@@ -25,6 +25,7 @@ def insert_nodes(conn: sqlite3.Connection, rows: list[NodeRow]) -> None:
                 r.resources_text,
                 r.node_json,
                 r.raw_json,
+                r.ended_json,
             )
             for r in rows
         ],
@@ -34,7 +35,7 @@ def insert_nodes(conn: sqlite3.Connection, rows: list[NodeRow]) -> None:
 def insert_actors(conn: sqlite3.Connection, rows: list[ActorRow]) -> None:
     conn.executemany(
         "INSERT OR REPLACE INTO actors (actor_id, job_id, node_id, worker_id, state, class_name, repr_name,"
-        " required_resources_json, actor_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " required_resources_json, actor_json, ended_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 r.actor_id,
@@ -46,6 +47,7 @@ def insert_actors(conn: sqlite3.Connection, rows: list[ActorRow]) -> None:
                 r.repr_name,
                 r.required_resources_json,
                 r.actor_json,
+                r.ended_json,
             )
             for r in rows
         ],

@@ -1,7 +1,10 @@
 """Nodes, actors, jobs and log events: Ray's envelopes around stored row bytes.
 
 Rows hold the exact JSON of each object (``*_json`` columns), embedded with
-``orjson.Fragment`` so a response never decodes and re-encodes them.
+``orjson.Fragment`` so a response never decodes and re-encodes them. With
+``ended`` (the session is over, :mod:`runtime.server.queries.ended`) nodes and
+actors are served in their ended form where they have one (DEAD at the session's
+end, :mod:`runtime.server.replay.ended`).
 """
 
 from __future__ import annotations
@@ -40,35 +43,47 @@ def actors_map(rows: Iterable[Sequence[Any]]) -> dict[str, orjson.Fragment]:
     return {str(actor_id): _fragment(raw) for actor_id, raw in rows}
 
 
-def all_actors(index: SessionIndex, ids: list[str] | None = None) -> bytes:
+def _actor_json(ended: bool) -> str:
+    return "COALESCE(ended_json, actor_json)" if ended else "actor_json"
+
+
+def _node_json(ended: bool) -> str:
+    return "COALESCE(ended_json, node_json)" if ended else "node_json"
+
+
+def all_actors(index: SessionIndex, ids: list[str] | None = None, *, ended: bool = False) -> bytes:
     """``/logical/actors`` (``?ids=a,b`` narrows it, as Ray's ``ids`` query does)."""
+    column = _actor_json(ended)
     if ids is None:
-        rows = index.rows("SELECT actor_id, actor_json FROM actors ORDER BY actor_id")
+        rows = index.rows(f"SELECT actor_id, {column} FROM actors ORDER BY actor_id")  # noqa: S608 - fixed names
     else:
         wanted = sorted({normalise_id(i) for i in ids if i})
         rows = []
         for start in range(0, len(wanted), 500):
             part = wanted[start : start + 500]
             rows += index.rows(
-                f"SELECT actor_id, actor_json FROM actors WHERE actor_id IN ({','.join('?' * len(part))})"  # noqa: S608
+                f"SELECT actor_id, {column} FROM actors WHERE actor_id IN ({','.join('?' * len(part))})"  # noqa: S608
                 " ORDER BY actor_id",
                 part,
             )
     return envelope("All actors fetched.", {"actors": actors_map(rows)})
 
 
-def one_actor(index: SessionIndex, actor_id: str) -> bytes:
+def one_actor(index: SessionIndex, actor_id: str, *, ended: bool = False) -> bytes:
     """``/logical/actors/<id>``: always 200; ``result:false`` when unknown (the UI
     and the e2e tests of KubeRay's Go history server rely on that)."""
-    raw = index.scalar("SELECT actor_json FROM actors WHERE actor_id = ?", (normalise_id(actor_id),))
+    sql = f"SELECT {_actor_json(ended)} FROM actors WHERE actor_id = ?"  # noqa: S608 - fixed names
+    raw = index.scalar(sql, (normalise_id(actor_id),))
     if raw is None:
         return envelope("Actor not found.", {"detail": None}, result=False)
     return envelope("Actor details fetched.", {"detail": _fragment(raw)})
 
 
 # ---------------------------------------------------------------------- nodes
-def node_summary(index: SessionIndex) -> bytes:
-    rows = index.rows("SELECT node_id, node_json, resources_text FROM nodes ORDER BY is_head DESC, node_id")
+def node_summary(index: SessionIndex, *, ended: bool = False) -> bytes:
+    rows = index.rows(
+        f"SELECT node_id, {_node_json(ended)}, resources_text FROM nodes ORDER BY is_head DESC, node_id"  # noqa: S608
+    )
     return envelope(
         "Node summary fetched.",
         {
@@ -86,15 +101,18 @@ def host_name_list(index: SessionIndex) -> bytes:
     return envelope("Node hostname list fetched.", {"hostNameList": names})
 
 
-def node_detail(index: SessionIndex, node_id: str) -> bytes | None:
+def node_detail(index: SessionIndex, node_id: str, *, ended: bool = False) -> bytes | None:
     """``/nodes/<id>``: the summary element plus the actors placed on it; ``None``
     when the index has no such node (nodes without transitions are not indexed)."""
     hex_id = normalise_id(node_id)
-    raw = index.scalar("SELECT node_json FROM nodes WHERE node_id = ?", (hex_id,))
+    raw = index.scalar(f"SELECT {_node_json(ended)} FROM nodes WHERE node_id = ?", (hex_id,))  # noqa: S608
     if raw is None:
         return None
     node = orjson.loads(raw)  # one object: cheaper than splicing around an existing "actors" key
-    actor_rows = index.rows("SELECT actor_id, actor_json FROM actors WHERE node_id = ? ORDER BY actor_id", (hex_id,))
+    actor_rows = index.rows(
+        f"SELECT actor_id, {_actor_json(ended)} FROM actors WHERE node_id = ? ORDER BY actor_id",  # noqa: S608
+        (hex_id,),
+    )
     node["actors"] = actors_map(actor_rows)
     node.setdefault("workers", [])
     return envelope("Node details fetched.", {"detail": node})

@@ -5,15 +5,19 @@ Better than KubeRay's Go history server, from fields Ray 2.60 does export: pid a
 the latest ALIVE transition (not only from a death cause), the IP from the node's
 definition when no death cause names it, the exit detail from a creation-task
 failure too, and the job id from the actor id's suffix when no definition arrived.
+
+An actor not DEAD in the events also gets an *ended* form (DEAD at the session's
+end, :mod:`runtime.server.replay.ended`), served once the session is known to be over.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
+from runtime.server.replay.ended import actor_ended_message, end_of
 from runtime.server.replay.ids import IdCache
 from runtime.server.replay.timestamps import to_int, ts_ns
 
@@ -40,6 +44,8 @@ class ActorRow:
     repr_name: str
     required_resources_json: bytes | None
     actor_json: bytes
+    #: the object once the session has ended (DEAD at its end); None: already DEAD
+    ended_json: bytes | None = None
 
 
 class ActorTable:
@@ -76,15 +82,42 @@ class ActorTable:
                 actor.transitions.setdefault((str(transition.get("state") or ""), ns), transition)
         return True
 
-    def rows(self, node_ips: dict[str, str]) -> list[ActorRow]:
-        return [self._render(actor, node_ips) for actor in self.actors.values()]
+    def rows(self, node_ips: dict[str, str], end_ms: int | None = None) -> list[ActorRow]:
+        """One row per actor; ``end_ms`` is the session's last recorded moment
+        (None: unknown, no ended form)."""
+        return [self._render(actor, node_ips, end_ms) for actor in self.actors.values()]
 
-    def _render(self, actor: Actor, node_ips: dict[str, str]) -> ActorRow:
+    def _render(self, actor: Actor, node_ips: dict[str, str], end_ms: int | None) -> ActorRow:
         ids = self._ids
         d = actor.definition or {}
         life = _summarise(actor, ids)
-        ip = life.ip or node_ips.get(life.node_id, "")
         job_id = ids(d.get("jobId")) if d.get("jobId") else (actor.actor_id[-8:] if len(actor.actor_id) == 32 else "")
+        obj, resources = self._object(actor, life, job_id, node_ips)
+        ended_json = None
+        end = end_of(life.state, life.updated_ms, end_ms)
+        if end is not None:
+            dead = replace(life, state="DEAD", end_ms=end, updated_ms=end, exit_detail=actor_ended_message(life.state))
+            ended_json = orjson.dumps(self._object(actor, dead, job_id, node_ips)[0])
+        return ActorRow(
+            actor_id=actor.actor_id,
+            job_id=job_id,
+            node_id=life.node_id,
+            worker_id=life.worker_id,
+            state=life.state,
+            class_name=str(d.get("className") or ""),
+            repr_name=life.repr_name,
+            required_resources_json=None if resources is None else orjson.dumps(resources),
+            actor_json=orjson.dumps(obj),
+            ended_json=ended_json,
+        )
+
+    def _object(
+        self, actor: Actor, life: _Lifecycle, job_id: str, node_ips: dict[str, str]
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The ``/logical/actors`` object and the actor's required resources."""
+        ids = self._ids
+        d = actor.definition or {}
+        ip = life.ip or node_ips.get(life.node_id, "")
         class_name = str(d.get("className") or "")
         obj: dict[str, Any] = {
             "actorId": actor.actor_id,
@@ -115,17 +148,7 @@ class ActorTable:
         if d.get("callSite"):
             obj["callSite"] = str(d["callSite"])
         obj.update(_PLACEHOLDERS)
-        return ActorRow(
-            actor_id=actor.actor_id,
-            job_id=job_id,
-            node_id=life.node_id,
-            worker_id=life.worker_id,
-            state=life.state,
-            class_name=class_name,
-            repr_name=life.repr_name,
-            required_resources_json=None if resources is None else orjson.dumps(resources),
-            actor_json=orjson.dumps(obj),
-        )
+        return obj, resources
 
 
 @dataclass

@@ -1,8 +1,14 @@
 """Nodes (``NODE_DEFINITION``/``LIFECYCLE`` events) as ``/nodes?view=summary`` elements.
 
 Host metrics a dead session cannot know are placeholders, as in KubeRay's Go
-history server;
-fields Ray prints as int64 strings (``startTimeMs``, ``endTimeMs``,
+history server, except the columns the Cluster page draws as bars: ``mem`` is
+``[total, available, percent, used]`` with the node's last known ``memory``
+resource as total and nothing in use (usage was never exported), the object store
+is ``objectStoreUsedMemory`` 0 of ``objectStoreAvailableMemory`` = its
+``object_store_memory`` resource, and ``disk`` is empty (unknown: no bar rather
+than ``0B/0B``). A node still ALIVE in the events also gets an *ended* form
+(:mod:`runtime.server.replay.ended`), served once the session is known to be over.
+Fields Ray prints as int64 strings (``startTimeMs``, ``endTimeMs``,
 ``objectStoreBytesAvail``) are strings as in the live answer. ``raw_json`` keeps the
 merged definition and every transition for the cluster-status computation:
 ``{"node_id", "definition": {...hex ids...} | null, "transitions": [{..., "timestamp_ns"}]}``
@@ -16,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from runtime.server.replay.ended import NODE_ENDED_MESSAGE, end_of
 from runtime.server.replay.ids import IdCache
 from runtime.server.replay.timestamps import ts_ns
 
@@ -30,7 +37,6 @@ _DEATH_MESSAGES = {
     "AUTOSCALER_DRAIN_IDLE": "Terminated due to idle (no Ray activity)",
 }
 _RESOURCE_RENAMES = {"object_store_memory": "objectStoreMemory", HEAD_RESOURCE: "node:InternalHead"}
-_DISK = {"total": 0, "used": 0, "free": 0, "percent": 0}
 
 
 @dataclass(slots=True)
@@ -52,6 +58,8 @@ class NodeRow:
     resources_text: str
     node_json: bytes
     raw_json: bytes
+    #: the element once the session has ended (DEAD at its end); None: already DEAD
+    ended_json: bytes | None = None
 
 
 class NodeTable:
@@ -95,10 +103,12 @@ class NodeTable:
             if node.definition
         }
 
-    def rows(self, session: str) -> list[NodeRow]:
-        return [self._render(node, session) for node in self.nodes.values() if node.transitions]
+    def rows(self, session: str, end_ms: int | None = None) -> list[NodeRow]:
+        """One row per node with transitions; ``end_ms`` is the session's last
+        recorded moment (None: unknown, no ended form)."""
+        return [self._render(node, session, end_ms) for node in self.nodes.values() if node.transitions]
 
-    def _render(self, node: Node, session: str) -> NodeRow:
+    def _render(self, node: Node, session: str, end_ms: int | None) -> NodeRow:
         d = node.definition or {}
         ordered = sorted(node.transitions.items(), key=lambda kv: (kv[0][1], kv[0][0]))
         (state, last_ns), last = ordered[-1]
@@ -116,30 +126,30 @@ class NodeTable:
         message = None
         if state == "DEAD":
             message = _death_message(last.get("deathInfo"))
-        summary = {
+        memory = _bytes(resources.get("memory"))
+        store = _bytes(resources.get("object_store_memory"))
+        summary: dict[str, Any] = {
             "now": seconds,
             "t": seconds,
             "hostname": hostname,
             "ip": ip,
             "cpu": 0,
             "cpus": [0, 0],
-            "mem": [0, 0, 0, 0],
+            "mem": [memory, memory, 0.0, 0],
             "shm": 0,
             "bootTime": 0,
             "loadAvg": [[0, 0, 0], [0, 0, 0]],
             "networkSpeed": [0, 0],
-            "disk": {"/": dict(_DISK), "/tmp": dict(_DISK)},  # noqa: S108 - a disk label, not a path we use
+            "disk": {},
             "gpus": [],
             "tpus": [],
             "workers": [],
             "actors": {},
             "cmdline": [],
             "raylet": {
-                "storeStats": {
-                    "objectStoreBytesAvail": str(int(resources.get("object_store_memory") or 0))
-                    if state != "DEAD"
-                    else "0"
-                },
+                "storeStats": {"objectStoreBytesAvail": str(store) if state != "DEAD" else "0"},
+                "objectStoreUsedMemory": 0,
+                "objectStoreAvailableMemory": store,
                 "nodeId": node.node_id,
                 "nodeManagerAddress": ip,
                 "nodeManagerHostname": hostname,
@@ -159,6 +169,17 @@ class NodeTable:
                 "stateMessage": message,
             },
         }
+        ended_json = None
+        end = end_of(state, last_ns // 1_000_000, end_ms)
+        if end is not None:
+            raylet = {
+                **summary["raylet"],
+                "storeStats": {"objectStoreBytesAvail": "0"},
+                "state": "DEAD",
+                "endTimeMs": str(end),
+                "stateMessage": NODE_ENDED_MESSAGE,
+            }
+            ended_json = orjson.dumps({**summary, "now": end / 1000, "t": end / 1000, "raylet": raylet})
         raw = {
             "node_id": node.node_id,
             "definition": {**d, "nodeId": node.node_id} if node.definition else None,
@@ -175,7 +196,16 @@ class NodeTable:
             resources_text=resources_text(resources),
             node_json=orjson.dumps(summary),
             raw_json=orjson.dumps(raw),
+            ended_json=ended_json,
         )
+
+
+def _bytes(value: object) -> int:
+    """A memory resource (Ray sends bytes as a float) as an int; 0 when unusable."""
+    try:
+        return max(0, int(float(value)))  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return 0
 
 
 def _death_message(info: object) -> str:

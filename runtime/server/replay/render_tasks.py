@@ -57,6 +57,8 @@ class TaskRenderer:
         self._tails: dict[tuple[Any, ...], bytes] = {}
         self.counts: Counter[tuple[str, str, str, str, str]] = Counter()
         self.profile_rows: list[ProfileRow] = []
+        #: the latest transition of any attempt rendered so far (ns; 0: none)
+        self.last_ns = 0
 
     def _frag(self, data: bytes) -> orjson.Fragment:
         found = self._frags.get(data)
@@ -74,6 +76,7 @@ class TaskRenderer:
         kinds = [_KINDS.get(name, 0) for name in names] + [0] * (STATE_MASK + 1 - len(names))
         counts = self.counts
         dumps = orjson.dumps
+        top = 0
         for task_id, attempt, st in self._table.attempts(ordered):
             d = st.definition
             codes = st.transitions
@@ -98,6 +101,9 @@ class TaskRenderer:
                         else:
                             end = ms
                 state = names[codes[-1] & STATE_MASK]
+                if codes[-1] > top:
+                    top = codes[-1]
+                    self.last_ns = (top >> STATE_BITS) + base
                 events = "[" + ",".join(parts) + "]"
             if d is not None:
                 task_type, name, func, job = d.type, st.name, d.func, d.job or st.job

@@ -14,10 +14,12 @@ from typing import Any
 
 from runtime.server.replay.actors import ActorTable
 from runtime.server.replay.attempt import BAD, DUPLICATE
+from runtime.server.replay.ended import LastMoment
 from runtime.server.replay.ids import IdCache
 from runtime.server.replay.jobs import JobTable
 from runtime.server.replay.nodes import NodeTable
 from runtime.server.replay.tasks import TaskTable
+from runtime.server.replay.timestamps import ts_ns
 from runtime.storage.layout import session_created_at
 
 Handler = Callable[[dict[str, Any]], bool]
@@ -53,6 +55,9 @@ class SessionReplay:
         self.jobs = JobTable(self.ids)
         self.nodes = NodeTable(self.ids)
         self.counters = ReplayCounters()
+        #: the latest envelope time of the events that are not task events (task
+        #: events, nearly all, are timed by their transitions: TaskRenderer.last_ns)
+        self.last = LastMoment()
         # eventIds are de-duplicated by their hash: Ray's are 28 random bytes, so a
         # 64-bit collision is ~1e-6 likely even at ten million events. Task events
         # (nearly all) keep theirs on their attempt (TaskTable), the rest here.
@@ -109,10 +114,11 @@ class SessionReplay:
                     continue
                 seen.add(marker)
             entry = handlers.get(event_type)
+            if entry is None and self._tasks_only:
+                self.strays.append(event)  # counted (and timed) by the process it is handed to
+                continue
+            self.last.see(ts_ns(event.get("timestamp")))
             if entry is None:
-                if self._tasks_only:
-                    self.strays.append(event)  # counted by the process it is handed to
-                    continue
                 events += 1
                 if type(event_type) is str and event_type:
                     by_type[event_type] += 1

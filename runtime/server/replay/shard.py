@@ -24,6 +24,7 @@ class ShardResult:
     by_type: dict[str, int] = field(default_factory=dict)
     tasks: int = 0
     profile_events: int = 0
+    last_ms: int = 0  # the latest task transition (0: none)
     strays: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -58,5 +59,6 @@ class TaskShard:
             by_type=dict(counters.by_type),
             tasks=sum(renderer.counts.values()),
             profile_events=len(renderer.profile_rows),
+            last_ms=renderer.last_ns // 1_000_000,
             strays=self.replay.strays,
         )

@@ -12,7 +12,9 @@ from runtime.server.context import SessionContext, session_route
 from runtime.server.errors import ApiError, json_response
 from runtime.server.queries import state
 from runtime.server.queries.cluster_status import DEBUG_STATE, cluster_status_text
-from runtime.storage.errors import InvalidKeyError, ObjectNotFoundError
+from runtime.server.queries.ended import session_ended
+from runtime.server.sessions import stored_sessions
+from runtime.storage.errors import InvalidKeyError, ObjectNotFoundError, StorageError
 from runtime.storage.layout import session_created_at
 
 logger = logging.getLogger(__name__)
@@ -26,18 +28,33 @@ _NO_METRICS = (
 )
 
 
+def _ended(ctx: SessionContext) -> bool:
+    """Whether the selected session is over (its nodes and actors then show DEAD at
+    its end): both inputs are short-TTL caches, so this costs no request to storage
+    or Kubernetes most of the time. A failed listing means "may be running"."""
+    cluster = (ctx.cluster.namespace, ctx.cluster.name)
+    listing = ctx.services.live.list_clusters()
+    live = {(c.namespace, c.name) for c in listing.clusters} if listing.available else None
+    try:
+        stored = [((s.cluster.namespace, s.cluster.name), s.created_at) for s in stored_sessions().current()]
+    except StorageError as exc:
+        logger.warning("cannot list stored sessions to tell whether %s ended: %s", ctx.session, exc)
+        stored = []
+    return session_ended(cluster, session_created_at(ctx.session), stored, live)
+
+
 # --------------------------------------------------------------------- actors
 @bp.get("/logical/actors")
 @session_route
 def actors(ctx: SessionContext) -> Response:
     ids = request.args.get("ids")
-    return json_response(state.all_actors(ctx.index, ids.split(",") if ids is not None else None))
+    return json_response(state.all_actors(ctx.index, ids.split(",") if ids is not None else None, ended=_ended(ctx)))
 
 
 @bp.get("/logical/actors/<path:actor_id>")
 @session_route
 def actor(ctx: SessionContext, actor_id: str) -> Response:
-    return json_response(state.one_actor(ctx.index, actor_id))
+    return json_response(state.one_actor(ctx.index, actor_id, ended=_ended(ctx)))
 
 
 # ----------------------------------------------------------------------- jobs
@@ -63,7 +80,7 @@ def job(ctx: SessionContext, job_id: str) -> Response:
 def nodes(ctx: SessionContext) -> Response:
     view = request.args.get("view")
     if view is None or view == "summary":
-        return json_response(state.node_summary(ctx.index))
+        return json_response(state.node_summary(ctx.index, ended=_ended(ctx)))
     if view.lower() == "hostnamelist":  # Ray compares this one case-insensitively
         return json_response(state.host_name_list(ctx.index))
     raise ApiError(400, f"unsupported view parameter: {view} (use summary or hostNameList)")
@@ -72,7 +89,7 @@ def nodes(ctx: SessionContext) -> Response:
 @bp.get("/nodes/<node_id>")
 @session_route
 def node(ctx: SessionContext, node_id: str) -> Response:
-    found = state.node_detail(ctx.index, node_id)
+    found = state.node_detail(ctx.index, node_id, ended=_ended(ctx))
     if found is None:
         raise ApiError(404, f"node {node_id} not found")
     return json_response(found)

@@ -42,6 +42,9 @@ class Allowed:
 
 
 HOST_METRICS = Allowed("host metrics come from the live node's agent (psutil); a stored session has none: placeholders")
+#: Issue #19: the live answer was sampled while the cluster ran; the history server
+#: serves the session after it ended (no live cluster here), so what was alive then is DEAD.
+ENDED = "live Ray says ALIVE because it was alive when sampled; history says DEAD because the cluster ended"
 RUNTIME_ONLY = Allowed("raylet runtime state (ports, workers, store stats) is not in the exported events")
 
 #: Normalised path (``[]`` for list indexes, ``<id>`` for hex map keys) -> why it may differ.
@@ -78,7 +81,6 @@ ALLOWED: dict[str, dict[str, Allowed]] = {
                 "gcs",
                 "hostMem",
                 "loadAvg[][]",
-                "mem[]",
                 "network",
                 "networkSpeed[]",
                 "shm",
@@ -94,8 +96,6 @@ ALLOWED: dict[str, dict[str, Allowed]] = {
                 "nodeManagerPort",
                 "numWorkers",
                 "objectManagerPort",
-                "objectStoreAvailableMemory",
-                "objectStoreUsedMemory",
                 "runtimeEnvAgentPort",
                 "sessionDir",
                 "stateSnapshot",
@@ -104,7 +104,15 @@ ALLOWED: dict[str, dict[str, Allowed]] = {
                 "tempDir",
             )
         },
-        "node.now": Allowed("live: the time of the request; stored: the time of the node's last transition"),
+        "node.mem[]": Allowed(
+            "live: the host's [total, available, percent, used] (psutil); stored: the node's last known `memory`"
+            " resource as total and available, 0 used (usage is not exported): a bar, not 0B/0B"
+        ),
+        "node.raylet.state": Allowed(ENDED),
+        "node.raylet.endTimeMs": Allowed(f"{ENDED}: its end is the last moment the session's events record"),
+        "node.raylet.stateMessage": Allowed(f"{ENDED}: the message says the cluster ended without a death event"),
+        "node.raylet.storeStats.objectStoreBytesAvail": Allowed(f"{ENDED}: a dead node's store holds nothing"),
+        "node.now": Allowed("live: the time of the request; stored: the node's last transition (its end once ended)"),
         "node.t": Allowed("KubeRay's Go history server's transition-time field; the live head does not send it"),
         "node.workers": RUNTIME_ONLY,
         "node.actors": Allowed("KubeRay's Go history server's placeholder map (actors are served by /nodes/<id>)"),
