@@ -4,6 +4,12 @@ KubeRay's Go history server lists every marker on every ``/clusters`` and
 ``/enter_cluster``; here one listing serves all requests of a few seconds (per
 process). A lookup that misses refreshes once before answering "not found", so a
 session stored a moment ago can still be entered.
+
+When a listing is slow (``SLOW_READ_SECONDS``: 100,000 markers take seconds), an
+expired one keeps answering while a background thread lists again, so only a
+process's very first listing makes a request wait for it. The list is in a total
+order (:data:`runtime.server.cluster_list.SortKey`), which the history list's cursor
+relies on: :meth:`StoredSessions.position_after` finds a page's start by bisection.
 """
 
 from __future__ import annotations
@@ -12,11 +18,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 from flask import current_app
 
+from runtime.server.cluster_list import SortKey
 from runtime.server.selection import LATEST
 from runtime.storage.base import ObjectStore
 from runtime.storage.errors import InvalidKeyError
@@ -25,6 +32,10 @@ from runtime.storage.layout import RAYCLUSTER, ClusterRef, KeyLayout
 logger = logging.getLogger(__name__)
 
 DEFAULT_TTL_SECONDS = 5.0
+#: A listing that took this long is refreshed in the background once it expires.
+SLOW_READ_SECONDS = 0.1
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 _EXTENSION = "historyserver.sessions"
 
 
@@ -35,6 +46,12 @@ class StoredSession:
     cluster: ClusterRef
     session: str
     created_at: datetime
+    key: SortKey = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        c = self.cluster
+        micros = (self.created_at - _EPOCH) // _MICROSECOND
+        object.__setattr__(self, "key", (micros, self.session, c.namespace, c.owner_kind, c.owner_name, c.name))
 
 
 class StoredSessions:
@@ -54,15 +71,51 @@ class StoredSessions:
         self._lock = threading.Lock()
         self._sessions: list[StoredSession] | None = None
         self._read_at = 0.0
+        self._read_seconds = 0.0
+        self._refreshing = False
 
     def current(self, *, refresh: bool = False) -> list[StoredSession]:
         """All stored sessions, newest first. Storage errors propagate."""
         with self._lock:
             now = self._clock()
-            if refresh or self._sessions is None or now - self._read_at >= self.ttl:
-                self._sessions = self._read()
+            if not refresh and self._sessions is not None and now - self._read_at < self.ttl:
+                return self._sessions
+            if not refresh and self._sessions is not None and self._read_seconds >= SLOW_READ_SECONDS:
+                if not self._refreshing:
+                    self._refreshing = True
+                    threading.Thread(target=self._refresh_in_background, name="stored-sessions", daemon=True).start()
+                return self._sessions
+            started = time.monotonic()
+            sessions = self._sessions = self._read()
+            self._read_seconds = time.monotonic() - started
+            self._read_at = self._clock()
+            return sessions
+
+    def _refresh_in_background(self) -> None:
+        try:
+            started = time.monotonic()
+            sessions = self._read()
+            with self._lock:
+                self._read_seconds = time.monotonic() - started
+                self._sessions = sessions
                 self._read_at = self._clock()
-            return self._sessions
+        except Exception:  # the old listing keeps answering; the next expiry tries again
+            logger.exception("listing stored sessions in the background failed")
+        finally:
+            with self._lock:
+                self._refreshing = False
+
+    @staticmethod
+    def position_after(sessions: list[StoredSession], key: SortKey) -> int:
+        """The index of the first session after ``key`` in ``sessions`` (newest first)."""
+        low, high = 0, len(sessions)
+        while low < high:
+            middle = (low + high) // 2
+            if sessions[middle].key < key:
+                high = middle
+            else:
+                low = middle + 1
+        return low
 
     def _read(self) -> list[StoredSession]:
         found: list[StoredSession] = []
@@ -73,7 +126,7 @@ class StoredSessions:
                 logger.debug("skipping marker: %s", exc)
                 continue
             found.append(StoredSession(marker.cluster, marker.session, marker.created_at))
-        found.sort(key=lambda s: (s.created_at, s.session), reverse=True)
+        found.sort(key=lambda s: s.key, reverse=True)
         return found
 
     def find(self, namespace: str, kind: str, name: str, session: str) -> StoredSession | None:

@@ -6,6 +6,11 @@ Differences from the reference (KubeRay's Go history server), on purpose:
 * stored sessions come from a short-TTL marker listing, not a listing per request;
 * ``/clusters`` says ``X-Live-Discovery: unavailable`` when live clusters could not
   be listed (the body stays a JSON array) and takes ``?namespace=&name=`` filters;
+* ``/clusters`` is the history list: each entry has a shareable ``url``, stored ones
+  ``indexed`` and a ``summary`` read from an existing index (never built for the
+  list), and it pages (``?limit=&cursor=``, the next cursor in ``X-Next-Cursor`` and
+  ``Link``; the body stays an array) and filters (``failed``, ``owner``, ``since``,
+  ``until``: :mod:`runtime.server.cluster_list`);
 * ``/enter_cluster`` opened as a page by a browser redirects into the Dashboard
   (scripts and the picker's fetch still get the reference's JSON);
 * ``/enter_cluster`` builds the session's index before answering (waiting at most
@@ -19,28 +24,32 @@ Differences from the reference (KubeRay's Go history server), on purpose:
 
 from __future__ import annotations
 
-import itertools
 import logging
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
+from urllib.parse import urlencode
 
 import orjson
 from flask import Blueprint, Response, redirect, request
 from werkzeug.wrappers import Response as BaseResponse
 
 from runtime.server.auth import readable_namespaces
+from runtime.server.cluster_list import ListParamError, ListQuery, encode_cursor, owner_matches, parse_query
 from runtime.server.context import services
 from runtime.server.errors import ApiError, IndexBuildingError, json_response
 from runtime.server.live.discovery import LiveCluster, LiveDiscoveryError
 from runtime.server.selection import LATEST, LIVE, Selection, set_selection_cookies
-from runtime.server.sessions import StoredSession, stored_sessions
+from runtime.server.session_urls import session_path
+from runtime.server.sessions import StoredSession, StoredSessions, stored_sessions
+from runtime.server.summaries import session_summaries
 from runtime.server.views.building import building_page
 from runtime.storage.errors import InvalidKeyError, StorageError
 from runtime.storage.layout import (
     CLUSTER_KINDS,
     OWNER_KINDS,
     RAYCLUSTER,
+    ClusterRef,
     session_created_at,
     validate_k8s_name,
     validate_namespace,
@@ -83,9 +92,16 @@ def live_entry(cluster: LiveCluster) -> dict[str, Any]:
         "createTimeStamp": int(cluster.created_at.timestamp()),
     }
     kind = (cluster.owner_kind or "").lower()
-    if kind in OWNER_KINDS and cluster.owner_name:
+    owned = kind in OWNER_KINDS and bool(cluster.owner_name)
+    if owned:
         entry["ownerKind"] = kind
         entry["ownerName"] = cluster.owner_name
+    try:
+        ref = ClusterRef(cluster.namespace, cluster.name, kind if owned else RAYCLUSTER, cluster.owner_name or "")
+        entry["url"] = session_path(ref, LIVE)
+    except InvalidKeyError:
+        entry["url"] = None  # a name storage could not hold: no shareable URL
+    entry["summary"] = None
     return entry
 
 
@@ -100,25 +116,39 @@ def stored_entry(stored: StoredSession) -> dict[str, Any]:
     if stored.cluster.has_owner:
         entry["ownerKind"] = stored.cluster.owner_kind
         entry["ownerName"] = stored.cluster.owner_name
+    entry["url"] = session_path(stored.cluster, stored.session)
     return entry
 
 
-def _wanted(entry: dict[str, Any], namespace: str | None, name: str | None) -> bool:
-    if namespace and entry["namespace"] != namespace:
+def _wanted(entry: dict[str, Any], query: ListQuery) -> bool:
+    if query.namespace and entry["namespace"] != query.namespace:
         return False
-    return not name or name in (entry["name"], entry.get("ownerName"))
+    if query.owner and not owner_matches(query.owner, entry.get("ownerKind"), entry.get("ownerName")):
+        return False
+    return not query.name or query.name in (entry["name"], entry.get("ownerName"))
 
 
-@bp.get("/clusters")
-def list_clusters() -> Response:
-    """Live clusters first (``sessionName: "live"``), then stored sessions, newest first."""
-    svc = services()
-    namespace = request.args.get("namespace") or None
-    name = request.args.get("name") or None
-    headers: dict[str, str] = {}
-    entries: list[dict[str, Any]] = []
+def _in_time(moment: datetime, query: ListQuery) -> bool:
+    return (query.since is None or moment >= query.since) and (query.until is None or moment <= query.until)
+
+
+class _Readable:
+    """Per-namespace read decisions, each made once and only for namespaces met."""
+
+    def __init__(self) -> None:
+        self._decided: dict[str, bool] = {}
+        readable_namespaces(())  # the route decides access even when nothing is listed
+
+    def __call__(self, namespace: str) -> bool:
+        found = self._decided.get(namespace)
+        if found is None:
+            found = self._decided[namespace] = namespace in readable_namespaces((namespace,))
+        return found
+
+
+def _live_entries(query: ListQuery, readable: _Readable, headers: dict[str, str]) -> list[dict[str, Any]]:
     try:
-        listing = svc.live.list_clusters()
+        listing = services().live.list_clusters()
         live_ok, live = listing.available, listing.clusters
         if not live_ok:
             logger.warning("live cluster discovery unavailable: %s", listing.error)
@@ -127,19 +157,67 @@ def list_clusters() -> Response:
         live_ok, live = False, []
     if not live_ok:
         headers["X-Live-Discovery"] = "unavailable"
-    entries.extend(e for e in map(live_entry, live) if _wanted(e, namespace, name))
+    if query.failed:
+        return []  # a running cluster has no outcome yet
+    entries = []
+    for cluster in live:
+        entry = live_entry(cluster)
+        if _wanted(entry, query) and _in_time(cluster.created_at, query) and readable(entry["namespace"]):
+            entries.append(entry)
+    return entries
+
+
+def _next_link(cursor: str) -> str:
+    params = [(k, v) for k, v in request.args.items(multi=True) if k != "cursor"] + [("cursor", cursor)]
+    return f'<clusters?{urlencode(params)}>; rel="next"'
+
+
+@bp.get("/clusters")
+def list_clusters() -> Response:
+    """Live clusters first (``sessionName: "live"``, first page only), then stored sessions,
+    newest first, a page of ``limit`` (default ``--clusters-limit``); the next page's
+    cursor is in ``X-Next-Cursor`` (and ``Link: <...>; rel="next"``)."""
+    try:
+        query = parse_query(request.args)
+    except ListParamError as exc:
+        raise ApiError(400, str(exc)) from None
+    headers: dict[str, str] = {}
+    readable = _Readable()
+    entries = _live_entries(query, readable, headers) if query.cursor is None else []
     try:
         stored = stored_sessions().current()
     except StorageError as exc:
         logger.warning("listing stored sessions failed: %s", exc)
         headers["X-Stored-Sessions"] = "unavailable"
         stored = []
-    limit = max(0, svc.config.clusters_limit)
-    matching = (e for e in map(stored_entry, stored) if _wanted(e, namespace, name))
-    entries.extend(itertools.islice(matching, limit))
-    # Only what the caller may read: one decision per namespace seen, never the others' names.
-    readable = readable_namespaces(e["namespace"] for e in entries)
-    entries = [e for e in entries if e["namespace"] in readable]
+    limit = query.limit if query.limit is not None else max(1, services().config.clusters_limit)
+    summaries = session_summaries()
+    present = summaries.present()
+    start = 0 if query.cursor is None else StoredSessions.position_after(stored, query.cursor)
+    page: list[StoredSession] = []
+    for position in range(start, len(stored)):
+        candidate = stored[position]
+        if query.since is not None and candidate.created_at < query.since:
+            break  # newest first: every later one is older still
+        if not _in_time(candidate.created_at, query):
+            continue
+        entry = stored_entry(candidate)
+        if not _wanted(entry, query) or not readable(entry["namespace"]):
+            continue
+        state = summaries.state(candidate.cluster, candidate.session, present)
+        if query.failed and not (state.summary and state.summary["failed"]):
+            continue
+        if len(page) == limit:
+            cursor = encode_cursor(page[-1].key)
+            headers["X-Next-Cursor"] = cursor
+            headers["Link"] = _next_link(cursor)
+            break
+        entry["indexed"] = state.summary is not None
+        entry["summary"] = state.summary
+        if state.indexing is not None:
+            entry["indexing"] = state.indexing
+        entries.append(entry)
+        page.append(candidate)
     response = json_response(orjson.dumps(entries, option=orjson.OPT_INDENT_2))
     response.headers.update(headers)
     response.headers["Cache-Control"] = "no-store"

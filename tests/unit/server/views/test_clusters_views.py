@@ -134,6 +134,8 @@ def test_clusters_lists_live_first_then_stored_newest_first(client: FlaskClient,
         "sessionName": "live",
         "createTime": "2026-11-22 03:00:00 +0000 UTC",
         "createTimeStamp": 1795316400,
+        "url": "/sessions/default/raycluster-demo/live/",  # the history list's additions (#19)
+        "summary": None,
     }
     assert (entries[1]["ownerKind"], entries[1]["ownerName"]) == ("rayjob", "rayjob-nightly")
     assert entries[2]["createTime"] == "2026-11-22T01:45:25Z"
