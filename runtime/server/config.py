@@ -28,6 +28,8 @@ DEFAULT_SUBPROCESS_BUILD_BYTES = 64 * 1024**2
 #: How long a request waits for an index build before it is answered 503 with the
 #: build's progress (the build goes on).
 DEFAULT_BUILD_WAIT = 5.0
+#: Download a shared index when there is one; never write (``--shared-index``).
+DEFAULT_SHARED_INDEX = "read"
 #: Sessions created longer ago than this are not indexed ahead (``--index-ahead-max-age``).
 DEFAULT_INDEX_AHEAD_MAX_AGE = 7 * 24 * 3600.0
 
@@ -75,6 +77,10 @@ class ServerConfig:
             answered 503 (each holds a thread for as long as it runs).
         auth: who may call and what they may read (``--auth``, ``--authz``).
         oidc / front_door: the settings of ``--auth oidc`` / ``--auth trusted-header``.
+        shared_index: ``off``, ``read`` (download a shared index instead of building) or
+            ``write`` (also upload after a build) (:mod:`runtime.server.index.shared`).
+        shared_index_container: on azureblob, the container holding the shared
+            indexes (None: the history container itself).
     """
 
     storage: StorageConfig
@@ -104,6 +110,8 @@ class ServerConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     oidc: OidcSettings | None = None
     front_door: FrontDoorSettings | None = None
+    shared_index: str = DEFAULT_SHARED_INDEX
+    shared_index_container: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -63,6 +63,20 @@ class ServerMetrics:
         self.evictions = Counter(
             "historyserver_index_evictions_total", "Indexes deleted to respect --cache-max-size.", registry=r
         )
+        self.shared_downloads = Counter(
+            "historyserver_shared_index_downloads_total",
+            "Shared index look-ups on a cache miss: ok (downloaded and verified, no build), absent, "
+            "rejected (foreign, corrupt or truncated: built locally), failed (storage error: built locally).",
+            ["result"],
+            registry=r,
+        )
+        self.shared_uploads = Counter(
+            "historyserver_shared_index_uploads_total",
+            "Shared index uploads after a build (--shared-index write): ok, failed (e.g. refused: answers "
+            "are not affected), changed (the file was refreshed while uploading: no manifest written).",
+            ["result"],
+            registry=r,
+        )
         self.proxied = Counter(
             "historyserver_live_proxy_requests_total",
             "Requests proxied to live clusters, by outcome.",

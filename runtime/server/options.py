@@ -166,6 +166,23 @@ def _auth(
     return auth, oidc, front_door
 
 
+def _shared_index(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, env: Mapping[str, str], backend: str
+) -> tuple[str, str | None]:
+    """``--shared-index`` and ``--shared-index-container`` (azureblob only)."""
+    try:
+        mode = ss.SHARED_INDEX.read(args, env)
+        container = ss.SHARED_INDEX_CONTAINER.read(args, env)
+    except SettingError as exc:
+        parser.error(str(exc))
+    if container and backend != "azureblob":
+        parser.error(
+            f"--shared-index-container={container}: only for --storage-backend=azureblob; on {backend} the "
+            "shared indexes live under history-index/ in the same bucket"
+        )
+    return mode, container
+
+
 def _kubeconfig(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
     listed = [p.strip() for p in (args.kubeconfigs or "").split(",") if p.strip()]
     if len(listed) > 1:
@@ -195,6 +212,7 @@ def config_from_args(
         parser.error("--live-cluster: the same [namespace/]name is given twice")
     cluster_domain = args.cluster_domain.strip(".")
     auth, oidc, front_door = _auth(parser, args, env)
+    shared_index, shared_index_container = _shared_index(parser, args, env, storage.backend)
     return ServerConfig(
         storage=storage,
         cache_dir=_cache_dir(parser, args, env),
@@ -222,6 +240,8 @@ def config_from_args(
         auth=auth,
         oidc=oidc,
         front_door=front_door,
+        shared_index=shared_index,
+        shared_index_container=shared_index_container,
     )
 
 

@@ -6,6 +6,7 @@ environment variable where there is one, parser, default and meaning.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,9 +20,11 @@ from runtime.server.config import (
     DEFAULT_INDEX_AHEAD_MAX_AGE,
     DEFAULT_PORT,
     DEFAULT_PROXY_TIMEOUT,
+    DEFAULT_SHARED_INDEX,
     LiveClusterURL,
 )
 from runtime.server.hosts import parse_allowed_hosts
+from runtime.server.index.shared import MODES as SHARED_INDEX_MODES
 from runtime.server.live.discovery import KUBERNETES_MODES
 from runtime.storage.errors import InvalidKeyError
 from runtime.storage.layout import validate_k8s_name, validate_namespace
@@ -39,6 +42,7 @@ LOGGING = "logging"
 ACCESS = "access control"
 AUTH_ENV = "HISTORYSERVER_AUTH"
 AUTHZ_ENV = "HISTORYSERVER_AUTHZ"
+_AZURE_CONTAINER = re.compile(r"^(?=.{3,63}$)[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9]))*$")
 
 
 def size(text: str) -> int:
@@ -71,6 +75,13 @@ def dashboard_dir(text: str) -> Path:
     if not (path / "index.html").is_file():
         raise ValueError("holds no index.html (the Ray Dashboard build directory)")
     return path
+
+
+def azure_container(text: str) -> str:
+    """An Azure Blob container name (3-63 lower-case letters, digits, single hyphens)."""
+    if not _AZURE_CONTAINER.fullmatch(text):
+        raise ValueError("not a container name: 3-63 lower-case letters, digits and single hyphens")
+    return text
 
 
 def _text(text: str) -> str:
@@ -141,6 +152,17 @@ INDEX_AHEAD_WORKERS = Setting(
 INDEX_AHEAD_MAX_AGE = Setting(
     "--index-ahead-max-age", None, duration(), DEFAULT_INDEX_AHEAD_MAX_AGE,
     "sessions created longer ago are indexed only when a request needs them", "`168h`", group=CACHE,
+)  # fmt: skip
+SHARED_INDEX = Setting(
+    "--shared-index", "SHARED_INDEX", choice(*SHARED_INDEX_MODES), DEFAULT_SHARED_INDEX,
+    "indexes shared through the bucket (`history-index/`): `read` downloads one instead of building; "
+    "`write` also uploads after a build (needs write access to that prefix only); `off`",
+    group=CACHE,
+)  # fmt: skip
+SHARED_INDEX_CONTAINER = Setting[str | None](
+    "--shared-index-container", "SHARED_INDEX_CONTAINER", azure_container, None,
+    "azureblob only: the container holding the shared indexes, so writing them needs no write access "
+    "to the history container", "the history container", group=CACHE,
 )  # fmt: skip
 
 # Any: each flag parses to one LiveClusterURL, the setting is their list.
@@ -235,7 +257,7 @@ LOG_FORMAT = Setting[str | None](
 SETTINGS: tuple[Setting[Any], ...] = (
     HOST, PORT, WORKERS, THREADS, DASHBOARD_DIR, CLUSTERS_LIMIT, SECURE_COOKIES, ALLOWED_HOSTS,
     CACHE_DIR, CACHE_MAX_SIZE, FRESHNESS, BUILD_TIMEOUT, BUILD_WAIT,
-    INDEX_AHEAD, NO_INDEX_AHEAD, INDEX_AHEAD_WORKERS, INDEX_AHEAD_MAX_AGE,
+    INDEX_AHEAD, NO_INDEX_AHEAD, INDEX_AHEAD_WORKERS, INDEX_AHEAD_MAX_AGE, SHARED_INDEX, SHARED_INDEX_CONTAINER,
     LIVE_CLUSTERS, KUBERNETES, KUBECONFIG, KUBECONFIGS, CLUSTER_DOMAIN, PROXY_TIMEOUT, MAX_LIVE_STREAMS,
     AUTH, AUTHZ, AUTHZ_RESOURCE, AUTHZ_POLICY,
     OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET_FILE, OIDC_GROUPS_CLAIM, OIDC_REDIRECT_URL, OIDC_COOKIE_KEY_FILE,

@@ -11,6 +11,10 @@ implementation is readable by the other::
     P/{session}/{node}/node_events/{node}-{YYYY-MM-DD-HH}-{nanos}.jsonl[.gz]
     P/{session}/{node}/job_events/{job}/{node}-{YYYY-MM-DD-HH}-{nanos}.jsonl[.gz]
     P/{session}/fetched_endpoints/restful__{path with / -> __, query kept}
+    {root}/history-index/{kind}/{ns}/[{owner}/]{cluster}/{session}/{version}/{fingerprint}.sqlite  (+ .manifest.json)
+
+``history-index/`` holds the history server's shared session indexes (ours only: KubeRay's
+Go server lists ``cluster-metadata/`` and ``cluster-history/`` and never looks there).
 
 Nothing else in the code base builds or parses these keys (the parsing side is
 :mod:`runtime.storage.session_keys`). Every component that
@@ -30,6 +34,9 @@ from runtime.storage.ids import InvalidIdError, to_hex_id
 
 CLUSTER_HISTORY = "cluster-history"
 CLUSTER_METADATA = "cluster-metadata"
+INDEX_DIR = "history-index"
+INDEX_DATA_SUFFIX = ".sqlite"
+INDEX_MANIFEST_SUFFIX = ".manifest.json"
 LOGS_DIR = "logs"
 NODE_EVENTS_DIR = "node_events"
 JOB_EVENTS_DIR = "job_events"
@@ -49,6 +56,8 @@ _FILE_SEGMENT = re.compile(r"^[A-Za-z0-9._@+=,:~%-]+$")
 _ENDPOINT_URI = re.compile(r"^/[A-Za-z0-9._~%/?&=,:+-]*$")
 _NODE_ID = re.compile(r"^[0-9a-f]+$")
 _ROOT_SEGMENT = re.compile(r"^[A-Za-z0-9._-]+$")
+_INDEX_VERSION = re.compile(r"^v[0-9]+(-[a-z0-9]+)*$")
+_FINGERPRINT = re.compile(r"^[0-9a-f]{16,128}$")
 
 #: The history server reads only event files whose name matches this.
 EVENT_FILE_RE = re.compile(r"-\d{4}-\d{2}-\d{2}-\d{2}(-\d+)?(\.jsonl)?(\.gz)?\Z")
@@ -281,6 +290,27 @@ class KeyLayout:
     def endpoint_key(self, cluster: ClusterRef, session: str, uri: str) -> str:
         """Where the snapshot of dashboard request ``uri`` is stored."""
         return self.endpoints_prefix(cluster, session) + endpoint_storage_name(uri)
+
+    # history-index ----------------------------------------------------------
+    def index_root_prefix(self) -> str:
+        """``{root}/history-index/``: the shared indexes (a write grant is scoped to it)."""
+        return self._join(INDEX_DIR) + "/"
+
+    def index_session_prefix(self, cluster: ClusterRef, session: str) -> str:
+        """Every shared index object of one session (all versions), with a trailing ``/``;
+        the cluster part is spelt as under ``cluster-history``."""
+        cluster_part = self.cluster_prefix(cluster).removeprefix(self.history_prefix())
+        return f"{self.index_root_prefix()}{cluster_part}/{validate_session_name(session)}/"
+
+    def index_keys(self, cluster: ClusterRef, session: str, version: str, fingerprint: str) -> tuple[str, str]:
+        """(data key, manifest key) of the shared index of one session built from the
+        build inputs whose fingerprint is ``fingerprint``, in index format ``version``."""
+        if not _INDEX_VERSION.fullmatch(version):
+            raise _reject("index version", version, "v<digits> with optional -<lower-case tags>")
+        if not _FINGERPRINT.fullmatch(fingerprint):
+            raise _reject("index fingerprint", fingerprint, "16-128 lower-case hex digits")
+        base = f"{self.index_session_prefix(cluster, session)}{version}/{fingerprint}"
+        return base + INDEX_DATA_SUFFIX, base + INDEX_MANIFEST_SUFFIX
 
     # cluster-metadata -------------------------------------------------------
     def markers_prefix(self) -> str:

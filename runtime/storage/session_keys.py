@@ -24,6 +24,8 @@ from runtime.storage.errors import InvalidKeyError
 from runtime.storage.layout import (
     CLUSTER_KINDS,
     ENDPOINTS_DIR,
+    INDEX_DATA_SUFFIX,
+    INDEX_MANIFEST_SUFFIX,
     JOB_EVENTS_DIR,
     LOGS_DIR,
     NODE_EVENTS_DIR,
@@ -128,6 +130,17 @@ class StoredObject:
     item: SessionKey | None
 
 
+@dataclass(frozen=True, slots=True)
+class IndexObject:
+    """A decoded ``history-index`` key: one session's shared index (data or manifest)."""
+
+    cluster: ClusterRef
+    session: str
+    version: str
+    fingerprint: str
+    manifest: bool
+
+
 # ----------------------------------------------------------------- parsers
 def relative_key(key: str, session_prefix: str) -> str:
     """``key`` relative to ``session_prefix`` (unchanged if it lies elsewhere)."""
@@ -198,7 +211,40 @@ def parse_key(layout: KeyLayout, key: str) -> SessionMarker | StoredObject | Non
     history = layout.history_prefix()
     if not key.startswith(history):
         return None
-    parts = key[len(history) :].split("/")
+    decoded = _cluster_session(key[len(history) :].split("/"))
+    if decoded is None:
+        return None
+    cluster, session, rest = decoded
+    return StoredObject(cluster, session, parse_session_key("/".join(rest)))
+
+
+def parse_index_key(layout: KeyLayout, key: str) -> IndexObject | None:
+    """Decode a shared-index key (``history-index/...``, data or manifest); None for others."""
+    root = layout.index_root_prefix()
+    if not key.startswith(root):
+        return None
+    decoded = _cluster_session(key[len(root) :].split("/"))
+    if decoded is None:
+        return None
+    cluster, session, rest = decoded
+    if len(rest) != 2:
+        return None
+    version, name = rest
+    for suffix, manifest in ((INDEX_MANIFEST_SUFFIX, True), (INDEX_DATA_SUFFIX, False)):
+        if name.endswith(suffix):
+            fingerprint = name.removesuffix(suffix)
+            try:
+                rebuilt = layout.index_keys(cluster, session, version, fingerprint)
+            except InvalidKeyError:
+                return None
+            if key not in rebuilt:
+                return None
+            return IndexObject(cluster, session, version, fingerprint, manifest)
+    return None
+
+
+def _cluster_session(parts: list[str]) -> tuple[ClusterRef, str, list[str]] | None:
+    """``{kind}/{ns}/[{owner}/]{cluster}/{session}/rest...`` -> (cluster, session, rest)."""
     kind = parts[0]
     width = 3 if kind == RAYCLUSTER else 4  # {ns}/{cluster}/{session} or {ns}/{owner}/{cluster}/{session}
     if kind not in CLUSTER_KINDS or len(parts) < width + 2:
@@ -213,7 +259,7 @@ def parse_key(layout: KeyLayout, key: str) -> SessionMarker | StoredObject | Non
         return None
     if cluster.owner_kind != kind:  # an owner kind with an empty owner name: not built
         return None
-    return StoredObject(cluster, session, parse_session_key("/".join(parts[width + 1 :])))
+    return cluster, session, parts[width + 1 :]
 
 
 # ---------------------------------------------- session-relative lookup keys

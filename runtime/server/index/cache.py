@@ -19,6 +19,10 @@
   ``.checked`` stamp, shared by workers and restarts) the session is listed again.
   Changed event objects -> rebuild; only other objects changed (late log uploads)
   -> the objects table is refreshed in place.
+* Shared through the bucket (``--shared-index``, :mod:`.shared`): a miss first tries
+  the index another replica (or an earlier run) uploaded for the same build inputs,
+  verified before use; only without one is the index built here (and, with
+  ``write``, uploaded in the background).
 * Byte-bounded LRU: after a build, least recently used indexes are deleted until
   the directory fits ``cache_max_bytes`` (recency = the index file's mtime, touched
   when opened). A wiped directory is recreated and indexes rebuilt on demand.
@@ -50,6 +54,7 @@ from runtime.server.index.schema import (
     META_SCHEMA_VERSION,
     SCHEMA_VERSION,
 )
+from runtime.server.index.shared import SharedIndexes, install_index, open_index_store
 from runtime.storage.base import ObjectInfo, ObjectStore
 from runtime.storage.layout import ClusterRef, KeyLayout
 from runtime.storage.session_keys import is_readable_event_file, parse_session_key, relative_key
@@ -89,6 +94,10 @@ class IndexCache:
         self._touched: dict[str, float] = {}
         self._absent_guard = threading.Lock()
         self._absent: OrderedDict[str, float] = OrderedDict()  # session prefix -> when found absent
+        self.shared: SharedIndexes | None = None
+        if config.shared_index != "off":
+            index_store = open_index_store(config.storage, config.shared_index_container, store)
+            self.shared = SharedIndexes(index_store, layout, config.shared_index, metrics)
         self.dir.mkdir(parents=True, exist_ok=True)
 
     # ------------------------------------------------------------ public API
@@ -200,11 +209,29 @@ class IndexCache:
                 self._stamp(path)
                 return path
             logger.info("index %s: event objects of %s changed, re-indexing", path.name, session)
-        self.metrics.cache_requests.labels("miss").inc()
-        self._build(cluster, session, path, listing, progress)
+        shared = self.shared
+        if shared is not None and shared.install(
+            cluster, session, path, listing=listing, prints=(events_fp, objects_fp), progress=progress.report
+        ):
+            self.metrics.cache_requests.labels("downloaded").inc()
+        else:
+            self.metrics.cache_requests.labels("miss").inc()
+            self._build(cluster, session, path, listing, progress)
+            self._publish(cluster, session, path, events_fp)
         self._stamp(path)
         self._evict(keep=path)
         return path
+
+    def _publish(self, cluster: ClusterRef, session: str, path: Path, events_fp: str) -> None:
+        """``--shared-index write``: upload what was just built, in the background."""
+        if self.shared is None or not self.shared.writes:
+            return
+        try:
+            fh = open(path, "rb")  # noqa: SIM115 - closed by the publishing thread
+        except OSError as exc:
+            logger.warning("cannot publish the index of %s: %s", session, exc)
+            return
+        self.shared.publish_later(cluster, session, events_fp, fh)
 
     def _build(
         self, cluster: ClusterRef, session: str, path: Path, listing: Sequence[ObjectInfo], progress: ProgressFile
@@ -232,10 +259,7 @@ class IndexCache:
                 from runtime.server.index.build import build_index
 
                 build_index(self.store, self.layout, cluster, session, tmp, listing=listing, progress=progress.report)
-            os.replace(tmp, path)
-            for suffix in ("-wal", "-shm"):  # stale companions of the replaced file
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(f"{path}{suffix}")
+            install_index(tmp, path)
         except BaseException:
             self.metrics.index_builds.labels("failed").inc()
             _remove(tmp)

@@ -1,0 +1,216 @@
+"""Indexes shared through the bucket, on the local backend: a second cache downloads
+instead of building, ``read`` never writes, ``write`` writes data and manifest, and
+anything corrupt or foreign is rebuilt, never served."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from runtime.server.config import ServerConfig
+from runtime.server.index.cache import IndexCache
+from runtime.server.index.fingerprint import fingerprints
+from runtime.server.index.shared import DOWNLOAD_PHASE, SharedIndexes, index_version
+from runtime.server.metrics import ServerMetrics
+from runtime.storage.base import ObjectStore
+from runtime.storage.config import StorageConfig, open_store
+from runtime.storage.layout import KeyLayout
+from tests.support.sample_session import StoredSample, write_sample_session
+
+LAYOUT = KeyLayout("")
+TABLES = ("tasks", "actors", "jobs", "nodes", "objects")
+
+
+def _config(tmp_path: Path, cache: str, mode: str) -> ServerConfig:
+    storage = StorageConfig(backend="local", local_dir=str(tmp_path / "store"), create_bucket=True)
+    return ServerConfig(storage=storage, cache_dir=tmp_path / cache, freshness_seconds=3600, shared_index=mode)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ObjectStore:
+    return open_store(_config(tmp_path, "c", "off").storage)
+
+
+@pytest.fixture
+def sample(store: ObjectStore) -> StoredSample:
+    return write_sample_session(store, LAYOUT)
+
+
+def _cache(tmp_path: Path, store: ObjectStore, cache: str, mode: str) -> tuple[IndexCache, ServerMetrics]:
+    metrics = ServerMetrics()
+    return IndexCache(_config(tmp_path, cache, mode), store=store, layout=LAYOUT, metrics=metrics), metrics
+
+
+def _value(metrics: ServerMetrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def _builds(metrics: ServerMetrics) -> float:
+    return _value(metrics, "historyserver_index_builds_total", outcome="ok")
+
+
+def _downloads(metrics: ServerMetrics, result: str) -> float:
+    return _value(metrics, "historyserver_shared_index_downloads_total", result=result)
+
+
+def _rows(cache: IndexCache, sample: StoredSample) -> dict[str, list[tuple[object, ...]]]:
+    with cache.open(sample.cluster, sample.session) as index:
+        return {t: sorted(index.rows(f"SELECT * FROM {t}"), key=repr) for t in TABLES}  # noqa: S608
+
+
+def _index_keys(store: ObjectStore) -> list[str]:
+    return sorted(info.key for info in store.walk(LAYOUT.index_root_prefix()))
+
+
+def _keys(store: ObjectStore, sample: StoredSample) -> tuple[str, str]:
+    events_fp, _ = fingerprints(list(store.walk(sample.session_prefix)), sample.session_prefix)
+    return LAYOUT.index_keys(sample.cluster, sample.session, index_version(), events_fp)
+
+
+def _publish(tmp_path: Path, store: ObjectStore, sample: StoredSample, cache: str = "writer") -> IndexCache:
+    writer, metrics = _cache(tmp_path, store, cache, "write")
+    writer.ensure(sample.cluster, sample.session, wait=60)
+    assert writer.shared is not None and writer.shared.wait_for_uploads(60)
+    assert _value(metrics, "historyserver_shared_index_uploads_total", result="ok") == 1
+    return writer
+
+
+def test_a_second_cache_downloads_instead_of_building(tmp_path: Path, store: ObjectStore, sample: StoredSample) -> None:
+    writer = _publish(tmp_path, store, sample)
+    assert _index_keys(store) == sorted(_keys(store, sample))  # exactly data + manifest
+    reader, metrics = _cache(tmp_path, store, "reader", "read")
+    assert _rows(reader, sample) == _rows(writer, sample)
+    assert _builds(metrics) == 0
+    assert _downloads(metrics, "ok") == 1
+    assert _value(metrics, "historyserver_index_cache_requests_total", result="downloaded") == 1
+    data_key, manifest_key = _keys(store, sample)
+    manifest = json.loads(store.get_bytes(manifest_key))
+    path = reader.path_for(sample.cluster, sample.session)
+    assert manifest["sha256"] == hashlib.sha256(store.get_bytes(data_key)).hexdigest()
+    assert manifest["size"] == store.stat(data_key).size
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == manifest["sha256"]  # served as downloaded
+
+
+def test_read_never_writes_and_off_never_looks(tmp_path: Path, store: ObjectStore, sample: StoredSample) -> None:
+    reader, metrics = _cache(tmp_path, store, "reader", "read")
+    reader.ensure(sample.cluster, sample.session, wait=60)
+    assert _builds(metrics) == 1 and _downloads(metrics, "absent") == 1
+    assert _index_keys(store) == []
+    _publish(tmp_path, store, sample)
+    off, metrics = _cache(tmp_path, store, "off", "off")
+    assert off.shared is None
+    off.ensure(sample.cluster, sample.session, wait=60)
+    assert _builds(metrics) == 1 and _downloads(metrics, "absent") + _downloads(metrics, "ok") == 0
+
+
+def _flip_byte(store: ObjectStore, key: str) -> None:
+    data = bytearray(store.get_bytes(key))
+    data[len(data) // 2] ^= 0xFF
+    store.put_bytes(key, bytes(data))
+
+
+def _wrong_sha(store: ObjectStore, key: str) -> None:
+    manifest = json.loads(store.get_bytes(key))
+    manifest["sha256"] = "0" * 64
+    store.put_bytes(key, json.dumps(manifest).encode())
+
+
+def _foreign_version(store: ObjectStore, key: str) -> None:
+    manifest = json.loads(store.get_bytes(key))
+    manifest["schema_version"] = 999
+    store.put_bytes(key, json.dumps(manifest).encode())
+
+
+def _truncate(store: ObjectStore, key: str) -> None:
+    store.put_bytes(key, store.get_bytes(key)[:-4096])
+
+
+def _not_an_index(store: ObjectStore, key: str) -> None:
+    """Consistent data and manifest, but the data is no index of ours."""
+    data = b"SQLite format 3\x00" + b"\x00" * 8000
+    store.put_bytes(key, data)
+    manifest_key = key.removesuffix(".sqlite") + ".manifest.json"
+    manifest = json.loads(store.get_bytes(manifest_key))
+    manifest.update(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+    store.put_bytes(manifest_key, json.dumps(manifest).encode())
+
+
+@pytest.mark.parametrize(
+    ("damage", "on"),
+    [(_flip_byte, 0), (_wrong_sha, 1), (_foreign_version, 1), (_truncate, 0), (_not_an_index, 0)],
+    ids=["flipped-byte", "wrong-sha", "foreign-version", "truncated", "not-an-index"],
+)
+def test_corrupt_or_foreign_indexes_are_rebuilt_never_served(
+    tmp_path: Path, store: ObjectStore, sample: StoredSample, damage: object, on: int
+) -> None:
+    writer = _publish(tmp_path, store, sample)
+    expected = _rows(writer, sample)
+    damage(store, _keys(store, sample)[on])  # type: ignore[operator]
+    # A writer: rejects it, builds, and puts a good copy back.
+    fixer, metrics = _cache(tmp_path, store, "fixer", "write")
+    assert _rows(fixer, sample) == expected
+    assert _downloads(metrics, "rejected") == 1 and _builds(metrics) == 1
+    assert fixer.shared is not None and fixer.shared.wait_for_uploads(60)
+    reader, metrics = _cache(tmp_path, store, "reader", "read")
+    assert _rows(reader, sample) == expected
+    assert _downloads(metrics, "ok") == 1 and _builds(metrics) == 0
+
+
+def test_a_download_reports_its_bytes_and_refreshes_a_changed_object_list(
+    tmp_path: Path, store: ObjectStore, sample: StoredSample
+) -> None:
+    _publish(tmp_path, store, sample)
+    # A late log upload: same build inputs, one more object.
+    store.put_bytes(LAYOUT.log_key(sample.cluster, sample.session, sample.node_id, "late.log"), b"late\n")
+    events_fp, _ = fingerprints(list(store.walk(sample.session_prefix)), sample.session_prefix)
+    shared = SharedIndexes(store, LAYOUT, "read", ServerMetrics())
+    seen: list[tuple[str, int | None, int | None]] = []
+    dest = tmp_path / "fetched.sqlite"
+    assert shared.fetch(sample.cluster, sample.session, events_fp, dest, lambda *p: seen.append(p))
+    size = dest.stat().st_size
+    assert seen[0] == (DOWNLOAD_PHASE, 0, size) and seen[-1] == (DOWNLOAD_PHASE, size, size)
+    reader, metrics = _cache(tmp_path, store, "reader", "read")
+    with reader.open(sample.cluster, sample.session) as index:
+        keys = [row[0] for row in index.rows("SELECT rel_key FROM objects")]
+    assert f"{sample.node_id}/logs/late.log" in keys
+    assert _builds(metrics) == 0
+
+
+def test_a_refused_upload_leaves_answers_alone(
+    tmp_path: Path, store: ObjectStore, sample: StoredSample, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The index prefix is a regular file: every upload below it fails (even as root).
+    (tmp_path / "store" / "history-index").write_bytes(b"")
+    writer, metrics = _cache(tmp_path, store, "writer", "write")
+    writer.ensure(sample.cluster, sample.session, wait=60)
+    assert writer.shared is not None and writer.shared.wait_for_uploads(60)
+    assert _value(metrics, "historyserver_shared_index_uploads_total", result="failed") == 1
+    with writer.open(sample.cluster, sample.session) as index:
+        assert index.rows("SELECT COUNT(*) FROM tasks")[0][0] > 0
+    warnings = [r for r in caplog.records if "cannot publish" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_an_unreadable_downloaded_file_is_removed(tmp_path: Path, store: ObjectStore, sample: StoredSample) -> None:
+    _publish(tmp_path, store, sample)
+    _not_an_index(store, _keys(store, sample)[0])
+    dest = tmp_path / "fetched.sqlite"
+    events_fp, _ = fingerprints(list(store.walk(sample.session_prefix)), sample.session_prefix)
+    metrics = ServerMetrics()
+    assert not SharedIndexes(store, LAYOUT, "read", metrics).fetch(
+        sample.cluster, sample.session, events_fp, dest, lambda *p: None
+    )
+    assert not dest.exists()
+    with pytest.raises(sqlite3.Error):
+        sqlite3.connect(f"file:{dest}?mode=ro", uri=True).execute("SELECT 1")
+
+
+def test_a_container_is_refused_off_azure(tmp_path: Path, store: ObjectStore) -> None:
+    config = replace(_config(tmp_path, "c", "read"), shared_index_container="indexes")
+    with pytest.raises(ValueError, match="--shared-index-container=indexes"):
+        IndexCache(config, store=store, layout=LAYOUT, metrics=ServerMetrics())
