@@ -69,7 +69,7 @@ def events() -> list[dict[str, Any]]:
         (head, "10.0.0.1", "head-host", "headgroup", HEAD_RESOURCES, 1),
         (worker, "10.0.0.2", "worker-host", "workers", WORKER_RESOURCES, 2),
     ):
-        definition = {
+        definition: dict[str, Any] = {
             "nodeId": node_id,
             "nodeIpAddress": ip,
             "labels": {"ray.io/node-group": group},
@@ -80,16 +80,38 @@ def events() -> list[dict[str, Any]]:
             "instanceTypeName": "",
         }
         add("NODE_DEFINITION_EVENT", "nodeDefinitionEvent", definition, second)
-        alive = {"timestamp": at(second), "resources": resources, "state": "ALIVE", "aliveSubState": "UNSPECIFIED"}
+        alive: dict[str, Any] = {
+            "timestamp": at(second),
+            "resources": resources,
+            "state": "ALIVE",
+            "aliveSubState": "UNSPECIFIED",
+        }
         add("NODE_LIFECYCLE_EVENT", "nodeLifecycleEvent", {"nodeId": node_id, "stateTransitions": [alive]}, second)
     death = {"reason": "UNEXPECTED_TERMINATION", "reasonMessage": "health check failed"}
     dead = {"timestamp": at(WORKER_DEATH), "state": "DEAD", "deathInfo": death}
     add("NODE_LIFECYCLE_EVENT", "nodeLifecycleEvent", {"nodeId": worker, "stateTransitions": [dead]}, WORKER_DEATH)
     for actor, name, node_id, pid in ((KEEPER_RAW, "Keeper", head, 4242), (GONE_RAW, "Gone", worker, 4343)):
-        definition = {"actorId": _b64(actor), "jobId": "AgAAAA==", "className": name, "name": "", "isDetached": False}
-        add("ACTOR_DEFINITION_EVENT", "actorDefinitionEvent", definition, 5)
-        alive = {"timestamp": at(6), "state": "ALIVE", "nodeId": node_id, "workerId": _b64(bytes(28)), "pid": pid}
-        add("ACTOR_LIFECYCLE_EVENT", "actorLifecycleEvent", {"actorId": _b64(actor), "stateTransitions": [alive]}, 6)
+        actor_definition: dict[str, Any] = {
+            "actorId": _b64(actor),
+            "jobId": "AgAAAA==",
+            "className": name,
+            "name": "",
+            "isDetached": False,
+        }
+        add("ACTOR_DEFINITION_EVENT", "actorDefinitionEvent", actor_definition, 5)
+        actor_alive: dict[str, Any] = {
+            "timestamp": at(6),
+            "state": "ALIVE",
+            "nodeId": node_id,
+            "workerId": _b64(bytes(28)),
+            "pid": pid,
+        }
+        add(
+            "ACTOR_LIFECYCLE_EVENT",
+            "actorLifecycleEvent",
+            {"actorId": _b64(actor), "stateTransitions": [actor_alive]},
+            6,
+        )
     cause = {"actorDiedErrorContext": {"errorMessage": "the actor's node died", "pid": 4343}}
     gone = {"timestamp": at(WORKER_DEATH), "state": "DEAD", "deathCause": cause}
     add(

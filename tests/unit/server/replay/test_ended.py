@@ -34,6 +34,11 @@ def replayed() -> SessionReplay:
     return replay
 
 
+def loaded(raw: bytes | None) -> Any:
+    assert raw is not None, "no ended form"
+    return orjson.loads(raw)
+
+
 def nodes(end_ms: int | None) -> dict[str, Any]:
     return {row.node_id: row for row in replayed().nodes.rows(SESSION, end_ms)}
 
@@ -47,7 +52,7 @@ def test_alive_at_end_node_becomes_dead_at_the_session_end() -> None:
     head = nodes(ms(END))[HEAD_HEX]
     plain = orjson.loads(head.node_json)["raylet"]
     assert (head.state, plain["state"], plain["endTimeMs"]) == ("ALIVE", "ALIVE", "0")
-    ended = orjson.loads(head.ended_json)
+    ended = loaded(head.ended_json)
     raylet = ended["raylet"]
     assert raylet["state"] == "DEAD" and raylet["endTimeMs"] == str(ms(END))
     assert "cluster ended" in raylet["stateMessage"]
@@ -73,7 +78,7 @@ def test_unknown_session_end_gives_no_ended_form() -> None:
 
 def test_the_end_is_never_before_the_nodes_own_last_transition() -> None:
     head = nodes(ms(0))[HEAD_HEX]  # a session end earlier than the node's ALIVE (at 01:46:01)
-    assert orjson.loads(head.ended_json)["raylet"]["endTimeMs"] == str(ms(1))
+    assert loaded(head.ended_json)["raylet"]["endTimeMs"] == str(ms(1))
 
 
 def test_resource_columns_show_the_last_known_totals() -> None:
@@ -95,7 +100,7 @@ def test_alive_actor_becomes_dead_and_a_dead_one_keeps_its_cause() -> None:
     rows = {row.actor_id: row for row in replayed().actors.rows({}, ms(END))}
     keeper, gone = rows[KEEPER_HEX], rows[GONE_HEX]
     assert keeper.state == "ALIVE" and orjson.loads(keeper.actor_json)["state"] == "ALIVE"
-    ended = orjson.loads(keeper.ended_json)
+    ended = loaded(keeper.ended_json)
     assert ended["state"] == "DEAD" and ended["endTime"] == ms(END) and ended["timestamp"] == float(ms(END))
     assert ended["startTime"] == ms(6) and ended["pid"] == 4242
     assert ended["exitDetail"].startswith("The cluster ended while this actor was ALIVE")
@@ -121,7 +126,7 @@ def test_pending_actor_at_end_says_so() -> None:
     replay = SessionReplay()
     replay.feed(pending)
     (row,) = [r for r in replay.actors.rows({}, ms(END)) if r.actor_id == KEEPER_HEX]
-    ended = orjson.loads(row.ended_json)
+    ended = loaded(row.ended_json)
     assert ended["state"] == "DEAD" and "was PENDING_CREATION" in ended["exitDetail"]
     assert "startTime" not in ended and ended["endTime"] == ms(END)
 
