@@ -37,6 +37,7 @@ def ms(second: int) -> int:
 
 
 END = 45
+HEAD_LOG = "raylet.out"
 WORKER_DEATH = 30
 
 
@@ -126,8 +127,10 @@ def events() -> list[dict[str, Any]]:
 
 
 def write_dead_session(store: ObjectStore, layout: KeyLayout, cluster: ClusterRef = CLUSTER) -> StoredSample:
-    """The session stored as the collector stores one, marker included."""
+    """The session stored as the collector stores one, marker included, and one log
+    file of the head (a dead node's logs stay browsable)."""
     write_events(store, layout, cluster, events())
+    store.put_bytes(layout.log_key(cluster, SESSION, HEAD_HEX, HEAD_LOG), b"raylet started\n")
     store.put_bytes(layout.marker_key(cluster, SESSION), b"")
     return StoredSample(
         cluster=cluster, session=SESSION, node_id=HEAD_HEX, session_prefix=layout.session_prefix(cluster, SESSION)
