@@ -17,8 +17,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import Any
 
 from runtime.collector.config import CollectorConfig
 from runtime.collector.dashboard import DashboardClient, base_url_from_fq_ip
@@ -37,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 #: Time kept back from the deadline for closing the listener and exiting.
 EXIT_MARGIN = 1.0
+#: How long past the deadline a part may take to notice it (it checks between calls).
+LATE_GRACE = 0.2
 
 
 @dataclass
@@ -197,15 +200,22 @@ class Collector:
             self.spool.rotate_all()
         self._stop_threads.set()
 
-        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="shutdown") as pool:
-            events = pool.submit(self.uploader.drain, deadline)
-            logs = pool.submit(self.logs.stop, deadline) if self.logs else None
-            snaps = pool.submit(self.snapshots.stop, deadline) if self.snapshots else None
-            events_ok = events.result()
-            logs_ok = logs.result() if logs else True
-            if snaps:
-                snaps.result()
-        self.uploader.stop()
+        # Each part honours the deadline between storage calls, but one call can block
+        # far longer (a connect or read timeout, a retry budget): wait only until the
+        # deadline and leave a blocked part behind. Nothing is lost by that: what it
+        # carried is still on local disk for the next process.
+        pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="shutdown")
+        events = pool.submit(self.uploader.drain, deadline)
+        logs = pool.submit(self.logs.stop, deadline) if self.logs else None
+        snaps = pool.submit(self.snapshots.stop, deadline) if self.snapshots else None
+        parts: list[Future[Any]] = [f for f in (events, logs, snaps) if f is not None]
+        _done, late = wait(parts, timeout=max(0.0, deadline - time.monotonic()) + LATE_GRACE)
+        pool.shutdown(wait=False)
+        if late:
+            logger.warning("shutdown: %d part(s) still blocked on storage at the deadline; left behind", len(late))
+        events_ok = events not in late and bool(events.result())
+        logs_ok = logs is None or (logs not in late and bool(logs.result()))
+        self.uploader.stop(timeout=max(0.0, deadline + EXIT_MARGIN / 2 - time.monotonic()))
         report = ShutdownReport(bool(events_ok), bool(logs_ok), time.monotonic() - started)
         logger.info(
             "shutdown finished in %.1fs: events %s, logs %s",

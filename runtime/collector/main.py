@@ -15,6 +15,7 @@ names the flag or variable), 1 when storage is unusable at start.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -74,7 +75,23 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         store.close()
-    return 0
+    return exit_leaving_blocked_threads(0)
+
+
+def exit_leaving_blocked_threads(code: int) -> int:
+    """Return ``code``, or end the process with it at once if a non-daemon thread is
+    still running: after the shutdown deadline that is an upload blocked on storage
+    (a connect or read timeout of a minute when storage is unreachable), and the
+    interpreter would wait for it, past the pod's grace period. What it was uploading
+    is still on local disk: the next collector uploads it."""
+    blocked = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if not blocked:
+        return code
+    logger.warning("exiting with %d upload thread(s) still blocked on storage: %s", len(blocked), blocked)
+    logging.shutdown()  # flushes the handlers: os._exit skips that
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -102,12 +102,15 @@ class EventUploader:
             logger.error("%d event files not uploaded before the shutdown deadline; they stay on local disk", left)
         return left == 0
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the workers, waiting at most ``timeout`` seconds in all: one blocked in
+        a storage call is left behind (its file stays on disk for the next process)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+        until = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(timeout=5)
+            thread.join(timeout=max(0.0, until - time.monotonic()))
 
     # --------------------------------------------------------------- workers
     def _next(self) -> tuple[ReadyFile, int] | None:

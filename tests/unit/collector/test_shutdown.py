@@ -1,0 +1,133 @@
+"""The collector's SIGTERM shutdown while storage hangs: it ends within its deadline,
+the spool stays on disk, and the next collector on the same disk uploads it.
+
+Found by the two-node storage-outage scenario (#21 scenario 4): with storage
+unreachable (packets dropped, not refused), the head's final marker write ran its
+whole retry budget and an event upload thread its read timeout, and the process
+then waited for a log upload thread: 50 s for a 10 s deadline.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import requests
+
+from runtime.collector.app import Collector, ShutdownReport
+from runtime.collector.config import CollectorConfig
+from runtime.storage.config import StorageConfig
+from runtime.storage.layout import is_event_file_name
+from runtime.storage.local import LocalStore
+from tests.unit.collector.log_support import CLUSTER, NODE_A, SESSION_A, FlakyStore, make_session, point_latest
+from tests.unit.collector.samples import accepted_batches
+
+DEADLINE = 3.0
+
+
+def config(tmp_path: Path, ray_root: Path) -> CollectorConfig:
+    return CollectorConfig(
+        role="Head",  # the head also writes the marker and the final snapshots
+        cluster=CLUSTER,
+        storage=StorageConfig(backend="local", local_dir=str(tmp_path / "bucket")),
+        events_host="127.0.0.1",
+        events_port=0,
+        ray_tmp_root=ray_root,
+        event_data_dir=tmp_path / "spool",
+        dashboard_address="http://127.0.0.1:9",  # nothing listens: snapshots fail fast
+        log_upload_interval=0.2,
+        shutdown_deadline=DEADLINE,
+    )
+
+
+def spooled(tmp_path: Path) -> list[Path]:
+    return [p for p in (tmp_path / "spool").rglob("*.jsonl*") if p.is_file() and "quarantine" not in p.parts]
+
+
+def run_in_thread(collector: Collector, stop: threading.Event) -> tuple[threading.Thread, list[ShutdownReport]]:
+    reports: list[ShutdownReport] = []
+    thread = threading.Thread(target=lambda: reports.append(collector.run(stop)), daemon=True)
+    thread.start()
+    assert collector.started.wait(30), "the collector did not start"
+    return thread, reports
+
+
+def test_sigterm_with_storage_hanging_ends_within_the_deadline_and_keeps_the_spool(tmp_path: Path) -> None:
+    ray_root = tmp_path / "ray"
+    ray_root.mkdir()
+    (make_session(ray_root, SESSION_A, NODE_A) / "logs" / "raylet.out").write_bytes(b"raylet says hi\n")
+    point_latest(ray_root, SESSION_A)
+    (tmp_path / "bucket").mkdir()
+    storage_back = threading.Event()
+    hanging = FlakyStore(tmp_path / "bucket", gate=storage_back)  # every upload blocks until storage is back
+    valve = threading.Timer(60.0, storage_back.set)  # bounds the test if shutdown never returns
+    valve.start()
+    try:
+        collector = Collector(config(tmp_path, ray_root), hanging)
+        stop = threading.Event()
+        thread, reports = run_in_thread(collector, stop)
+        url = f"http://127.0.0.1:{collector.bound_port}/v1/events"
+        batch = next(iter(accepted_batches()))
+        answer = requests.post(url, data=batch, headers={"Content-Type": "application/json"}, timeout=10)
+        assert answer.status_code == 200, answer.text
+        time.sleep(1.0)  # the log shipper's and the snapshot thread's first uploads are blocked by now
+
+        sent = time.monotonic()
+        stop.set()  # what SIGTERM does
+        thread.join(DEADLINE + 5)
+        took = time.monotonic() - sent
+        assert not thread.is_alive() and not storage_back.is_set(), "shutdown waited for storage"
+        assert took <= DEADLINE + 1.0, took  # the listener's last poll after the deadline
+        [report] = reports
+        assert not report.events_uploaded and not report.logs_shipped
+        assert spooled(tmp_path), "the acknowledged batch left the spool without being stored"
+    finally:
+        valve.cancel()
+        storage_back.set()
+
+    # The next collector on the same disk, storage back: the batch is uploaded.
+    restarted = Collector(config(tmp_path, ray_root), LocalStore(tmp_path / "bucket"))
+    stop = threading.Event()
+    thread, reports = run_in_thread(restarted, stop)
+    deadline = time.monotonic() + 30
+    while spooled(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stop.set()
+    thread.join(DEADLINE + 5)
+    assert reports and reports[0].events_uploaded, reports
+    assert not spooled(tmp_path)
+    stored = [p for p in (tmp_path / "bucket").rglob("*") if p.is_file() and is_event_file_name(p.name)]
+    assert len(stored) == 1 and stored[0].read_bytes().count(b"\n") == len(orjson.loads(batch))
+
+
+def test_exit_leaves_a_thread_blocked_on_storage_behind() -> None:
+    """A non-daemon thread still blocked after the shutdown (an upload waiting out a
+    one-minute read timeout) does not keep the process alive; the log is flushed."""
+    script = (
+        "import logging, sys, threading\n"
+        "from runtime.collector.main import exit_leaving_blocked_threads\n"
+        "logging.basicConfig(stream=sys.stderr, level=logging.INFO)\n"
+        "threading.Thread(target=threading.Event().wait, name='upload-0').start()\n"
+        "print('shipped', flush=False)\n"
+        "sys.exit(exit_leaving_blocked_threads(0))\n"
+    )
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 30
+    assert done.stdout == "shipped\n"
+    assert "1 upload thread(s) still blocked on storage: ['upload-0']" in done.stderr
+
+
+def test_exit_returns_the_code_when_no_thread_is_left() -> None:
+    script = (
+        "import sys\n"
+        "from runtime.collector.main import exit_leaving_blocked_threads\n"
+        "sys.exit(exit_leaving_blocked_threads(3))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 3 and done.stderr == "", done.stderr
