@@ -19,6 +19,7 @@ from infra.config_checks import (
     check_cluster_name,
     check_cluster_source,
     check_image_pull,
+    check_index_container,
     check_namespaces,
 )
 from infra.config_model import (
@@ -47,6 +48,7 @@ from infra.config_values import (
     _Section,
     _typed,
 )
+from ray_history_pulumi.storage_common import SHARED_INDEX_MODES
 
 __all__ = [
     "NAMESPACE",
@@ -78,6 +80,8 @@ _SEMVER = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+][0-9A-Za-z.-]+)?$")
 _QUANTITY = re.compile(r"^[1-9]\d*(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 _REPOSITORY = re.compile(r"^[a-z][a-z0-9-]*(/[a-z0-9][a-z0-9._-]*)*$")
 _STACK_NAME = re.compile(r"^[\w.-]+/[\w.-]+/[\w.-]+$|^[\w.-]+$")
+# Azure blob container names.
+_CONTAINER = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$")
 
 # --- sections -----------------------------------------------------------------------------------
 
@@ -112,6 +116,7 @@ def _history_server(s: _Section) -> HistoryServerSettings:
         cache_size=cache_size,
         cache_storage_class=storage_class,
         cluster_role_name=s.dns_subdomain("clusterRoleName", HistoryServerSettings.cluster_role_name),
+        shared_index=s.choice("sharedIndex", SHARED_INDEX_MODES, HistoryServerSettings.shared_index),
     )
 
 
@@ -225,7 +230,18 @@ def _azure(s: _Section) -> AzureSettings:
         subscription_id=s.get("subscriptionId", str, ""),
         oidc_issuer_url=s.get("oidcIssuerUrl", str, ""),
         kubelet_object_id=s.get("kubeletObjectId", str, ""),
+        index_container=_container(s, "indexContainer", AzureSettings.index_container),
     )
+
+
+def _container(s: _Section, key: str, default: str) -> str:
+    name = s.get(key, str, default)
+    if not _CONTAINER.match(name):
+        raise ConfigError(
+            f"{_key('azure.' + key)} must be a blob container name: 3-63 lower-case letters, digits and single "
+            f"'-', starting and ending with a letter or digit (got {name!r})"
+        )
+    return name
 
 
 def _storage_account(name: str) -> str:
@@ -293,6 +309,7 @@ def parse_config(raw: Mapping[str, object]) -> StackConfig:
     check_namespaces(config)
     resolve_ingress(config.access, config.cloud)
     check_image_pull(config)
+    check_index_container(config)
     if config.images.build and not config.images.registry and config.cloud == "kind":
         # On the clouds the stack creates a registry; kind needs the local one.
         raise ConfigError(

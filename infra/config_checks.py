@@ -100,4 +100,16 @@ def check_image_pull(config: StackConfig) -> None:
         )
 
 
+def check_index_container(config: StackConfig) -> None:
+    """On Azure the shared indexes need a container of their own, not the history container."""
+    if config.azure is None or config.history_server.shared_index == "off":
+        return
+    history = config.storage.bucket or "ray-historyserver"
+    if config.azure.index_container == history:
+        raise ConfigError(
+            f"{_key('azure.indexContainer')} is {history!r}, the history container (storage.bucket): the shared "
+            "indexes need a container of their own, so write access to them never reaches the sessions"
+        )
+
+
 # --- entry points -------------------------------------------------------------------------------

@@ -99,12 +99,20 @@ class HistoryServerSettings:
             a generic ephemeral volume (a PVC made and deleted with the pod) of ``cache_size``.
         cluster_role_name: the ClusterRole reading RayClusters (cluster-scoped: a second stack on
             the same cluster needs its own name).
+        shared_index: ``off``, ``read`` or ``write`` (the server's ``--shared-index``). ``read``
+            uses indexes other servers stored under ``ROOT/history-index/`` (on Azure in the
+            container ``azure.indexContainer``); ``write`` also stores the server's own, and only
+            then does the server's identity get write access, scoped to that prefix (GCS: an
+            IAM condition; S3: a policy on that prefix; Azure: Contributor on that container)
+            or, on kind, MinIO's one key pair, which can already write everything. ``off``: no
+            index container, no extra grant.
     """
 
     replicas: int = 1
     cache_size: str = "8Gi"
     cache_storage_class: str = ""
     cluster_role_name: str = "raycluster-reader"
+    shared_index: str = "read"
 
 
 @dataclass(frozen=True)
@@ -195,6 +203,9 @@ class AzureSettings:
         oidc_issuer_url: existing AKS cluster's OIDC issuer URL (federated credentials need it).
         kubelet_object_id: existing AKS cluster's kubelet identity (object id), granted AcrPull
             on the registry the stack creates.
+        index_container: the blob container of the shared indexes (``historyServer.sharedIndex``
+            ``read`` or ``write``), in the same account: 3-63 lower-case letters, digits and
+            single '-', not the history container.
     """
 
     location: str
@@ -203,6 +214,7 @@ class AzureSettings:
     subscription_id: str = ""
     oidc_issuer_url: str = ""
     kubelet_object_id: str = ""
+    index_container: str = "ray-history-index"
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ own extra installed (``pip install -e '.[aws]'``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, cast
@@ -169,9 +170,14 @@ def storage_for(
     on_cloud: pulumi.ResourceOptions,
     on_k8s: pulumi.ResourceOptions,
     consumer_namespaces: Sequence[pulumi.Resource] = (),
+    index_maintainers: Sequence[ServiceAccountRef] = (),
 ) -> StorageWiring:
-    """The storage + identity component of the stack's cloud; returns its wiring."""
+    """The storage + identity component of the stack's cloud; returns its wiring.
+
+    ``index_maintainers``: writers that delete shared indexes too (the retention job).
+    """
     bucket = config.storage.bucket or None
+    shared_index = config.history_server.shared_index
     # With whole-session retention the bucket's age rule is only a backstop far beyond it.
     days = config.retention.days
     age_rule_days = backstop_days(days) if days else None
@@ -191,6 +197,7 @@ def storage_for(
                 project_number=cluster.project_number,
                 force_destroy=config.storage.force_destroy,
                 workload_pool_ready=cluster.identity_ready,
+                shared_index=shared_index,
             ),
             opts=on_cloud,
         ).wiring
@@ -212,6 +219,7 @@ def storage_for(
                 root_dir=config.storage.root_dir,
                 retention_days=age_rule_days,
                 force_destroy=config.storage.force_destroy,
+                shared_index=shared_index,
             ),
             opts=on_cloud,
         ).wiring
@@ -232,12 +240,15 @@ def storage_for(
                 container_name=bucket or "ray-historyserver",
                 root_dir=config.storage.root_dir,
                 retention_days=age_rule_days,
+                shared_index=shared_index,
+                index_container_name=config.azure.index_container,
+                index_maintainers=index_maintainers,
             ),
             opts=on_cloud,
         ).wiring
     from ray_history_pulumi.minio import MinioHistoryStorage, MinioHistoryStorageArgs
 
-    return MinioHistoryStorage(
+    minio = MinioHistoryStorage(
         "history",
         MinioHistoryStorageArgs(
             namespace=MINIO_NAMESPACE,
@@ -251,6 +262,11 @@ def storage_for(
         ),
         opts=on_k8s,
     ).wiring
+    # MinIO on kind has one key pair, its root user's, for the server and the writers alike:
+    # nothing narrower to grant, so the stack's mode stands as configured (a local test stack).
+    return dataclasses.replace(
+        minio, shared_index=shared_index, index_maintainers=[f"{sa.namespace}/{sa.name}" for sa in writers]
+    )
 
 
 def gcp_services(config: StackConfig, on_cloud: pulumi.ResourceOptions) -> list[pulumi.Resource]:

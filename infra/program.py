@@ -135,6 +135,8 @@ def deploy(config: StackConfig | None = None) -> Deployment:
         on_cloud=on_cloud,
         on_k8s=on_k8s,
         consumer_namespaces=list(namespaces.values()),
+        # The job deletes a session together with its shared indexes.
+        index_maintainers=[gc_account] if gc_account else [],
     )
     images, image_builds = build_images(config, cluster, cloud, depends_on=apis)
 

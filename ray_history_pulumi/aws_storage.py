@@ -3,13 +3,14 @@
 The bucket enforces bucket-owner object ownership (ACLs off), blocks every kind of public
 access, encrypts at rest (SSE-S3, or SSE-KMS with a given key) and optionally expires old
 history. Two IAM roles with least-privilege inline policies: writers (read/write/multipart)
-and the server (``s3:GetObject`` + ``s3:ListBucket``). Roles are assumed either through IRSA
-(OIDC web identity) or EKS Pod Identity (one ``PodIdentityAssociation`` per service account).
+and the server (``s3:GetObject`` + ``s3:ListBucket``; with ``shared_index="write"`` also
+``s3:PutObject`` and the multipart calls on ``ROOT/history-index/*`` only). Roles are assumed
+either through IRSA (OIDC web identity) or EKS Pod Identity (one ``PodIdentityAssociation`` per
+service account).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,108 +19,50 @@ from typing import Any, Literal
 import pulumi
 import pulumi_aws as aws
 
+from ray_history_pulumi.aws_policies import (
+    INDEX_WRITE_ACTIONS,
+    SERVER_BUCKET_ACTIONS,
+    SERVER_OBJECT_ACTIONS,
+    WRITER_BUCKET_ACTIONS,
+    WRITER_OBJECT_ACTIONS,
+    bucket_access_policy,
+    irsa_trust_policy,
+    pod_identity_trust_policy,
+    tls_only_bucket_policy,
+)
 from ray_history_pulumi.contracts import (
     SERVER_SERVICE_ACCOUNT,
     IdentityWiring,
     ServiceAccountRef,
     StorageWiring,
 )
-from ray_history_pulumi.storage_common import storage_env, validate_common, writer_key
+from ray_history_pulumi.storage_common import (
+    storage_env,
+    validate_common,
+    validate_shared_index,
+    writer_key,
+)
+
+# The policy documents live in aws_policies; importable from here as before.
+__all__ = [
+    "INDEX_WRITE_ACTIONS",
+    "IRSA_ANNOTATION",
+    "SERVER_BUCKET_ACTIONS",
+    "SERVER_OBJECT_ACTIONS",
+    "WRITER_BUCKET_ACTIONS",
+    "WRITER_OBJECT_ACTIONS",
+    "IdentityMode",
+    "S3HistoryStorage",
+    "S3HistoryStorageArgs",
+    "bucket_access_policy",
+    "irsa_trust_policy",
+    "pod_identity_trust_policy",
+    "tls_only_bucket_policy",
+]
 
 IdentityMode = Literal["irsa", "pod-identity"]
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
-SERVER_OBJECT_ACTIONS = ["s3:GetObject"]
-SERVER_BUCKET_ACTIONS = ["s3:ListBucket"]
-WRITER_OBJECT_ACTIONS = [
-    "s3:GetObject",
-    "s3:PutObject",
-    "s3:DeleteObject",
-    "s3:AbortMultipartUpload",
-    "s3:ListMultipartUploadParts",
-]
-WRITER_BUCKET_ACTIONS = ["s3:ListBucket", "s3:ListBucketMultipartUploads"]
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-
-
-def irsa_trust_policy(oidc_provider_arn: str, issuer_url: str, accounts: Sequence[ServiceAccountRef]) -> str:
-    """Trust policy letting exactly these service accounts assume the role via IRSA."""
-    issuer_host = issuer_url.removeprefix("https://").rstrip("/")
-    statement = {
-        "Effect": "Allow",
-        "Principal": {"Federated": oidc_provider_arn},
-        "Action": "sts:AssumeRoleWithWebIdentity",
-        "Condition": {
-            "StringEquals": {
-                f"{issuer_host}:sub": sorted(sa.subject for sa in accounts),
-                f"{issuer_host}:aud": "sts.amazonaws.com",
-            }
-        },
-    }
-    return json.dumps({"Version": "2012-10-17", "Statement": [statement]}, sort_keys=True)
-
-
-def pod_identity_trust_policy() -> str:
-    """Trust policy for EKS Pod Identity (the association names the service account)."""
-    statement = {
-        "Effect": "Allow",
-        "Principal": {"Service": "pods.eks.amazonaws.com"},
-        "Action": ["sts:AssumeRole", "sts:TagSession"],
-    }
-    return json.dumps({"Version": "2012-10-17", "Statement": [statement]}, sort_keys=True)
-
-
-def bucket_access_policy(bucket_arn: str, *, write: bool, root_dir: str = "", kms_key_arn: str | None = None) -> str:
-    """Least-privilege S3 policy on one bucket's history prefix: read-only for the server,
-    read/write for writers; with SSE-KMS, the key operations those S3 calls need.
-
-    Objects are reachable only under ``root_dir/`` (the whole bucket when empty), and
-    listing is allowed only with an ``s3:prefix`` inside it. The server lists with
-    ``Delimiter`` from the root itself, hence ``root_dir/`` as well as ``root_dir/*``.
-    """
-    root = root_dir.strip("/")
-    object_arn = f"{bucket_arn}/{root}/*" if root else f"{bucket_arn}/*"
-    list_statement: dict[str, Any] = {
-        "Sid": "ListHistoryBucket",
-        "Effect": "Allow",
-        "Action": WRITER_BUCKET_ACTIONS if write else SERVER_BUCKET_ACTIONS,
-        "Resource": bucket_arn,
-    }
-    if root:
-        list_statement["Condition"] = {"StringLike": {"s3:prefix": [f"{root}/", f"{root}/*"]}}
-    statements: list[dict[str, Any]] = [
-        list_statement,
-        {
-            "Sid": "WriteHistoryObjects" if write else "ReadHistoryObjects",
-            "Effect": "Allow",
-            "Action": WRITER_OBJECT_ACTIONS if write else SERVER_OBJECT_ACTIONS,
-            "Resource": object_arn,
-        },
-    ]
-    if kms_key_arn:
-        # SSE-KMS: GetObject needs Decrypt; PutObject and multipart uploads need GenerateDataKey
-        # (and Decrypt to complete a multipart upload).
-        statements.append(
-            {
-                "Sid": "UseHistoryKey",
-                "Effect": "Allow",
-                "Action": ["kms:Decrypt", "kms:GenerateDataKey"] if write else ["kms:Decrypt"],
-                "Resource": kms_key_arn,
-            }
-        )
-    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
-
-
-def tls_only_bucket_policy(bucket_arn: str) -> str:
-    """Bucket policy denying every request not made over TLS (``aws:SecureTransport``)."""
-    statement = {
-        "Sid": "DenyInsecureTransport",
-        "Effect": "Deny",
-        "Principal": "*",
-        "Action": "s3:*",
-        "Resource": [bucket_arn, f"{bucket_arn}/*"],
-        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-    }
-    return json.dumps({"Version": "2012-10-17", "Statement": [statement]}, sort_keys=True)
 
 
 @dataclass
@@ -144,6 +87,10 @@ class S3HistoryStorageArgs:
         kms_key_arn: encrypt with this KMS key (SSE-KMS) instead of SSE-S3 (AES256).
         force_destroy: let ``pulumi destroy`` delete a non-empty bucket.
         tags: tags on every AWS resource.
+        shared_index: ``off``, ``read`` (default) or ``write``: ``write`` adds uploads under
+            ``ROOT/history-index/`` to the server's policy; the other two leave it read-only.
+            Writers (the retention job among them) may delete anywhere under the root,
+            shared indexes included.
     """
 
     identity_mode: IdentityMode
@@ -159,6 +106,7 @@ class S3HistoryStorageArgs:
     kms_key_arn: pulumi.Input[str] | None = None
     force_destroy: bool = False
     tags: dict[str, str] = field(default_factory=dict)
+    shared_index: str = "read"
 
     def __post_init__(self) -> None:
         if self.identity_mode not in ("irsa", "pod-identity"):
@@ -174,6 +122,7 @@ class S3HistoryStorageArgs:
                 f"S3HistoryStorageArgs.bucket_name={self.bucket_name!r}: 3-63 lowercase letters, digits, '-', '.'"
             )
         validate_common("S3HistoryStorageArgs", self.writers, self.server, self.retention_days)
+        validate_shared_index("S3HistoryStorageArgs.shared_index", self.shared_index)
 
 
 class S3HistoryStorage(pulumi.ComponentResource):
@@ -239,6 +188,8 @@ class S3HistoryStorage(pulumi.ComponentResource):
                 for sa in args.writers
                 if self.writer_role
             },
+            shared_index=args.shared_index,
+            index_maintainers=[writer_key(sa) for sa in args.writers],
         )
         self.register_outputs(
             {
@@ -349,7 +300,13 @@ class S3HistoryStorage(pulumi.ComponentResource):
             f"{name}-{kind}-s3",
             role=role.id,
             policy=pulumi.Output.all(self.bucket.arn, args.kms_key_arn).apply(
-                lambda a: bucket_access_policy(a[0], write=write, root_dir=args.root_dir, kms_key_arn=a[1])
+                lambda a: bucket_access_policy(
+                    a[0],
+                    write=write,
+                    root_dir=args.root_dir,
+                    kms_key_arn=a[1],
+                    index_write=not write and args.shared_index == "write",
+                )
             ),
             opts=child,
         )

@@ -5,6 +5,12 @@ disabled (Entra ID only); one private container; two user-assigned managed ident
 (writers, server) with one federated credential per Kubernetes service account; Storage Blob
 Data Contributor / Reader role assignments scoped to the container (or the account); and an
 optional lifecycle management policy that deletes old history.
+
+Shared indexes live in a second container of the account (``shared_index`` ``read`` or
+``write``; none with ``off``): the server gets Storage Blob Data Reader on it, or Contributor
+with ``write``, scoped to that container only; the history container stays read-only for it.
+Writers listed in ``index_maintainers`` (the retention job) get an identity of their own with
+Contributor on both containers; the collectors' identity never reaches the index container.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 import pulumi
@@ -23,7 +30,13 @@ from ray_history_pulumi.contracts import (
     ServiceAccountRef,
     StorageWiring,
 )
-from ray_history_pulumi.storage_common import storage_env, validate_common, writer_key
+from ray_history_pulumi.storage_common import (
+    index_prefix,
+    storage_env,
+    validate_common,
+    validate_shared_index,
+    writer_key,
+)
 
 #: Built-in role definition GUIDs (identical in every Azure tenant).
 BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
@@ -33,6 +46,8 @@ CLIENT_ID_ANNOTATION = "azure.workload.identity/client-id"
 USE_LABEL = "azure.workload.identity/use"
 _ACCOUNT_NAME = re.compile(r"^[a-z0-9]{3,24}$")
 _CONTAINER_NAME = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$")
+#: One role assignment of an identity: (name suffix, scope, built-in role GUID).
+_Grant = tuple[str, pulumi.Input[str], str]
 
 
 def role_definition_id(subscription_id: str, role_guid: str) -> str:
@@ -63,6 +78,12 @@ class AzureBlobHistoryStorageArgs:
             (:mod:`ray_history_pulumi.retention`) use it as a backstop, ``backstop_days(days)``.
         root_dir: key prefix inside the container (``STORAGE_ROOT_DIR``); "" = container root.
         tags: tags on the account and identities.
+        shared_index: ``off``, ``read`` (default) or ``write``: ``read`` and ``write`` create
+            ``index_container_name``, where the server has Reader (``read``) or Contributor
+            (``write``) scoped to that container.
+        index_container_name: the shared-index container (``--shared-index-container``).
+        index_maintainers: writers that delete shared indexes (the retention job's account):
+            an identity of their own, Contributor on both containers.
     """
 
     resource_group_name: pulumi.Input[str]
@@ -76,6 +97,9 @@ class AzureBlobHistoryStorageArgs:
     retention_days: int | None = None
     root_dir: str = ""
     tags: dict[str, str] = field(default_factory=dict)
+    shared_index: str = "read"
+    index_container_name: str = "ray-history-index"
+    index_maintainers: Sequence[ServiceAccountRef] = ()
 
     def __post_init__(self) -> None:
         if not _ACCOUNT_NAME.match(self.account_name):
@@ -92,6 +116,15 @@ class AzureBlobHistoryStorageArgs:
                 f"AzureBlobHistoryStorageArgs.role_scope={self.role_scope!r}: must be 'container' or 'account'"
             )
         validate_common("AzureBlobHistoryStorageArgs", self.writers, self.server, self.retention_days)
+        validate_shared_index("AzureBlobHistoryStorageArgs.shared_index", self.shared_index)
+        if not _CONTAINER_NAME.match(self.index_container_name) or self.index_container_name == self.container_name:
+            raise ValueError(
+                f"AzureBlobHistoryStorageArgs.index_container_name={self.index_container_name!r}: 3-63 lowercase "
+                "letters, digits and single '-', other than container_name"
+            )
+        strangers = sorted({writer_key(sa) for sa in self.index_maintainers} - {writer_key(sa) for sa in self.writers})
+        if strangers:
+            raise ValueError(f"AzureBlobHistoryStorageArgs.index_maintainers: {strangers} are not writers")
 
 
 class AzureBlobHistoryStorage(pulumi.ComponentResource):
@@ -160,30 +193,49 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
         if args.retention_days is not None:
             self._retention_policy(name, args, child)
 
-        client = azure.authorization.get_client_config_output(opts=pulumi.InvokeOutputOptions(parent=self))
-        scope = self.container.id if args.role_scope == "container" else self.account.id
-        self.server_identity = self._identity(
-            name,
-            kind="server",
-            accounts=[args.server],
-            args=args,
-            client=client,
-            scope=scope,
-            role_guid=BLOB_DATA_READER,
-        )
-        self.writer_identity = (
-            self._identity(
-                name,
-                kind="writer",
-                accounts=args.writers,
-                args=args,
-                client=client,
-                scope=scope,
-                role_guid=BLOB_DATA_CONTRIBUTOR,
+        # The shared indexes get a container of their own: a role assignment's narrowest
+        # scope is a container (https://learn.microsoft.com/azure/storage/blobs/assign-azure-role-data-access).
+        self.index_container = (
+            storage.BlobContainer(
+                f"{name}-index-container",
+                container_name=args.index_container_name,
+                account_name=self.account.name,
+                resource_group_name=args.resource_group_name,
+                public_access=storage.PublicAccess.NONE,
+                opts=child,
             )
-            if args.writers
+            if args.shared_index != "off"
             else None
         )
+        client = azure.authorization.get_client_config_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        scope = self.container.id if args.role_scope == "container" else self.account.id
+        history_reader: list[_Grant] = [("blob-data", scope, BLOB_DATA_READER)]
+        history_writer: list[_Grant] = [("blob-data", scope, BLOB_DATA_CONTRIBUTOR)]
+        server_grants, maintainer_grants = history_reader, history_writer
+        if self.index_container is not None:
+            server_role = BLOB_DATA_CONTRIBUTOR if args.shared_index == "write" else BLOB_DATA_READER
+            server_grants = [*history_reader, ("index-data", self.index_container.id, server_role)]
+            maintainer_grants = [*history_writer, ("index-data", self.index_container.id, BLOB_DATA_CONTRIBUTOR)]
+        self.server_identity = self._identity(
+            name, kind="server", accounts=[args.server], args=args, client=client, grants=server_grants
+        )
+        maintainer_keys = {writer_key(sa) for sa in args.index_maintainers}
+        collectors = [sa for sa in args.writers if writer_key(sa) not in maintainer_keys]
+        maintainers = [sa for sa in args.writers if writer_key(sa) in maintainer_keys]
+        self.writer_identity = (
+            self._identity(name, kind="writer", accounts=collectors, args=args, client=client, grants=history_writer)
+            if collectors
+            else None
+        )
+        self.maintainer_identity = (
+            self._identity(
+                name, kind="maintainer", accounts=maintainers, args=args, client=client, grants=maintainer_grants
+            )
+            if maintainers
+            else None
+        )
+        identity_of = {writer_key(sa): self.writer_identity for sa in collectors}
+        identity_of.update({writer_key(sa): self.maintainer_identity for sa in maintainers})
 
         env = storage_env(
             {
@@ -194,17 +246,17 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
             },
             args.root_dir,
         )
-        writer_identity = self.writer_identity
         self.wiring = StorageWiring(
             backend="azureblob",
             bucket=self.container.name,
             env=env,
             server=self._wiring_for(self.server_identity, self.ready["server"]),
             writers={
-                writer_key(sa): self._wiring_for(writer_identity, self.ready[writer_key(sa)])
-                for sa in args.writers
-                if writer_identity
+                key: self._wiring_for(identity, self.ready[key]) for key, identity in identity_of.items() if identity
             },
+            shared_index=args.shared_index,
+            index_container=self.index_container.name if self.index_container is not None else None,
+            index_maintainers=sorted(maintainer_keys) if self.index_container is not None else [],
         )
         self.register_outputs(
             {
@@ -212,6 +264,7 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
                 "container_name": self.container.name,
                 "server_client_id": self.server_identity.client_id,
                 "writer_client_id": self.writer_identity.client_id if self.writer_identity else None,
+                "index_container_name": self.index_container.name if self.index_container is not None else None,
             }
         )
 
@@ -219,6 +272,10 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
         storage = azure.storage
         root = args.root_dir.strip("/")
         prefix = f"{args.container_name}/{root}/" if root else f"{args.container_name}/"
+        prefixes = [prefix]
+        if args.shared_index != "off":
+            # A session's shared index goes with it when the age rule deletes the session.
+            prefixes.append(f"{args.index_container_name}/{index_prefix(args.root_dir)}")
         storage.ManagementPolicy(
             f"{name}-retention",
             account_name=self.account.name,
@@ -232,7 +289,7 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
                         type=storage.RuleType.LIFECYCLE,
                         definition=storage.ManagementPolicyDefinitionArgs(
                             filters=storage.ManagementPolicyFilterArgs(
-                                blob_types=["blockBlob", "appendBlob"], prefix_match=[prefix]
+                                blob_types=["blockBlob", "appendBlob"], prefix_match=prefixes
                             ),
                             actions=storage.ManagementPolicyActionArgs(
                                 base_blob=storage.ManagementPolicyBaseBlobArgs(
@@ -256,8 +313,7 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
         accounts: Sequence[ServiceAccountRef],
         args: AzureBlobHistoryStorageArgs,
         client: pulumi.Output[azure.authorization.GetClientConfigResult],
-        scope: pulumi.Input[str],
-        role_guid: str,
+        grants: list[_Grant],
     ) -> azure.managedidentity.UserAssignedIdentity:
         identity = azure.managedidentity.UserAssignedIdentity(
             f"{name}-{kind}",
@@ -282,20 +338,23 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
             )
             previous = [credential]
             self.federated_credentials.append(credential)
-            credentials[writer_key(account) if kind == "writer" else "server"] = credential
-        assignment = azure.authorization.RoleAssignment(
-            f"{name}-{kind}-blob-data",
-            principal_id=identity.principal_id,
-            # A brand-new identity may not have replicated yet; the type skips the lookup.
-            principal_type=azure.authorization.PrincipalType.SERVICE_PRINCIPAL,
-            role_definition_id=client.subscription_id.apply(lambda sub: role_definition_id(sub, role_guid)),
-            scope=scope,
-            opts=pulumi.ResourceOptions(parent=self),
-        )
+            credentials["server" if kind == "server" else writer_key(account)] = credential
+        assignments = [
+            azure.authorization.RoleAssignment(
+                f"{name}-{kind}-{suffix}",
+                principal_id=identity.principal_id,
+                # A brand-new identity may not have replicated yet; the type skips the lookup.
+                principal_type=azure.authorization.PrincipalType.SERVICE_PRINCIPAL,
+                role_definition_id=client.subscription_id.apply(partial(role_definition_id, role_guid=role_guid)),
+                scope=scope,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            for suffix, scope, role_guid in grants
+        ]
         # A token exchanged before its federated credential exists, or used before the role
         # assignment, fails; the workload identity webhook only mutates pods at admission.
         for key, credential in credentials.items():
-            self.ready[key] = [credential, assignment]
+            self.ready[key] = [credential, *assignments]
         return identity
 
     @staticmethod

@@ -67,6 +67,13 @@ class StorageWiring:
             keyed by ``namespace/name``.
         secret_env: env values that must come from a Secret (MinIO keys on kind),
             name -> (secret name, key); empty on the clouds (workload identity).
+        shared_index: what the server's grants allow on the shared indexes (``off``,
+            ``read``, ``write``, see ``--shared-index``); the server may run with this
+            mode or a lesser one.
+        index_container: Azure: the container holding the shared indexes (None elsewhere,
+            where they live in the bucket under ``ROOT/history-index/``, or with ``off``).
+        index_maintainers: writers (``namespace/name``) that may delete shared indexes
+            (the retention job deletes a session's together with it).
     """
 
     backend: str
@@ -75,3 +82,6 @@ class StorageWiring:
     server: IdentityWiring
     writers: dict[str, IdentityWiring] = field(default_factory=dict)
     secret_env: dict[str, tuple[str, str]] = field(default_factory=dict)
+    shared_index: str = "read"
+    index_container: pulumi.Input[str] | None = None
+    index_maintainers: list[str] = field(default_factory=list)

@@ -3,7 +3,10 @@
 The bucket has uniform bucket-level access and enforced public access prevention. Each
 Kubernetes service account gets a direct ``principal://`` grant on the bucket (no Google
 service account, no annotation): writers ``roles/storage.objectUser``, the history server
-``roles/storage.objectViewer``.
+``roles/storage.objectViewer``. With ``shared_index="write"`` the server also gets
+``roles/storage.objectUser`` under an IAM condition on the object name: only keys under
+``ROOT/history-index/`` (creating and overwriting an object needs ``storage.objects.create``
+and ``.delete``, both in that role).
 """
 
 from __future__ import annotations
@@ -22,10 +25,19 @@ from ray_history_pulumi.contracts import (
     ServiceAccountRef,
     StorageWiring,
 )
-from ray_history_pulumi.storage_common import storage_env, validate_common, writer_key
+from ray_history_pulumi.storage_common import (
+    index_prefix,
+    storage_env,
+    validate_common,
+    validate_shared_index,
+    writer_key,
+)
 
 WRITER_ROLE = "roles/storage.objectUser"
 SERVER_ROLE = "roles/storage.objectViewer"
+#: The server's role on the shared-index prefix with ``shared_index="write"`` (conditional).
+INDEX_WRITER_ROLE = "roles/storage.objectUser"
+INDEX_CONDITION_TITLE = "shared-index-only"
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 
 
@@ -35,6 +47,16 @@ def workload_identity_principal(project_number: str, project_id: str, account: S
         f"principal://iam.googleapis.com/projects/{project_number}/locations/global/workloadIdentityPools/"
         f"{project_id}.svc.id.goog/subject/ns/{account.namespace}/sa/{account.name}"
     )
+
+
+def index_write_condition(bucket: str, root_dir: str) -> str:
+    """The IAM condition expression limiting a bucket grant to the shared-index objects.
+
+    Cloud Storage names an object ``projects/_/buckets/BUCKET/objects/KEY`` in conditions
+    (https://cloud.google.com/iam/docs/conditions-attribute-reference#resource-name); the
+    bucket itself (listing) never matches, so listing stays with the unconditional reader role.
+    """
+    return f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{index_prefix(root_dir)}")'
 
 
 def _principal_for(project_number: str, *, project_id: str, account: ServiceAccountRef) -> str:
@@ -62,6 +84,9 @@ class GcsHistoryStorageArgs:
         workload_pool_ready: the resources that create the ``PROJECT.svc.id.goog`` identity
             pool (a created GKE cluster and its node pool). IAM rejects a ``principal://``
             grant naming a pool that does not exist yet, so the grants wait for them.
+        shared_index: ``off``, ``read`` (default) or ``write``: ``write`` lets the server
+            create and overwrite objects under ``ROOT/history-index/`` only (an IAM condition);
+            the other two grant it nothing beyond ``roles/storage.objectViewer``.
     """
 
     project: str
@@ -75,6 +100,7 @@ class GcsHistoryStorageArgs:
     force_destroy: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     workload_pool_ready: Sequence[pulumi.Resource] = ()
+    shared_index: str = "read"
 
     def __post_init__(self) -> None:
         if not self.project:
@@ -86,6 +112,7 @@ class GcsHistoryStorageArgs:
                 f"GcsHistoryStorageArgs.bucket_name={self.bucket_name!r}: 3-63 lowercase letters, digits, '-', '_', '.'"
             )
         validate_common("GcsHistoryStorageArgs", self.writers, self.server, self.retention_days)
+        validate_shared_index("GcsHistoryStorageArgs.shared_index", self.shared_index)
 
 
 class GcsHistoryStorage(pulumi.ComponentResource):
@@ -165,6 +192,22 @@ class GcsHistoryStorage(pulumi.ComponentResource):
             # The grant's own output, so readers of ``members`` wait until the grant exists.
             self.members[key] = grant.member
             self.grants[key] = grant
+        server_ready: list[pulumi.Resource] = [self.grants["server"]]
+        if args.shared_index == "write":
+            # A second binding: the reader role stays unconditional for everything else.
+            index_grant = gcp.storage.BucketIAMMember(
+                f"{name}-server-index-writer",
+                bucket=self.bucket.name,
+                role=INDEX_WRITER_ROLE,
+                member=self.grants["server"].member,
+                condition=gcp.storage.BucketIAMMemberConditionArgs(
+                    title=INDEX_CONDITION_TITLE,
+                    description="Ray history server: write shared indexes only",
+                    expression=self.bucket.name.apply(lambda bucket: index_write_condition(bucket, args.root_dir)),
+                ),
+                opts=after_pool,
+            )
+            server_ready.append(index_grant)
 
         env = storage_env(
             {"STORAGE_BACKEND": "gcs", "GCS_BUCKET": self.bucket.name, "GOOGLE_CLOUD_PROJECT": args.project},
@@ -175,7 +218,10 @@ class GcsHistoryStorage(pulumi.ComponentResource):
             backend="gcs",
             bucket=self.bucket.name,
             env=env,
-            server=IdentityWiring(ready=[self.grants["server"]]),
+            server=IdentityWiring(ready=server_ready),
             writers={writer_key(sa): IdentityWiring(ready=[self.grants[writer_key(sa)]]) for sa in args.writers},
+            shared_index=args.shared_index,
+            # objectUser on the whole bucket: every writer may delete shared indexes too.
+            index_maintainers=[writer_key(sa) for sa in args.writers],
         )
         self.register_outputs({"bucket_name": self.bucket.name, "members": self.members, "env": env})

@@ -17,6 +17,7 @@ from ray_history_pulumi.cloud_ingress import HistoryServerIngress, plan_ingress
 from ray_history_pulumi.contracts import SERVER_SERVICE_ACCOUNT, StorageWiring
 from ray_history_pulumi.pod_security import restricted_container_security, restricted_pod_security
 from ray_history_pulumi.server_access import REVIEW_RULES, ServerAccess
+from ray_history_pulumi.storage_common import shared_index_covers, validate_shared_index
 from runtime.common.quantities import parse_quantity
 
 SERVICE_NAME = "historyserver"
@@ -88,6 +89,9 @@ class HistoryServerArgs:
         image_ready: what must exist before nodes can pull ``image`` (its build and push, the
             registry's pull grant): the Deployment waits for them, or its first pods sit in
             ImagePullBackOff and the Deployment's readiness wait can time out.
+        shared_index: the server's ``--shared-index`` (``off``, ``read``, ``write``), passed as
+            ``SHARED_INDEX`` (with ``SHARED_INDEX_CONTAINER`` on Azure); None = what the storage
+            grants (``wiring.shared_index``). More than the storage grants is an error.
     """
 
     image: pulumi.Input[str]
@@ -106,6 +110,7 @@ class HistoryServerArgs:
     cluster_role_name: str = "raycluster-reader"
     image_ready: list[pulumi.Resource] = field(default_factory=list)
     cluster_role_annotations: pulumi.Input[dict[str, str]] = field(default_factory=dict)
+    shared_index: str | None = None
 
     def validate(self) -> None:
         if isinstance(self.image, str) and not self.image.strip():
@@ -122,6 +127,33 @@ class HistoryServerArgs:
             self.ingress.validate()
         if self.access is not None:
             self.access.validate()
+        self._validate_shared_index()
+
+    def _validate_shared_index(self) -> None:
+        mode, granted = self.shared_index_mode(), self.wiring.shared_index
+        validate_shared_index("shared_index", mode)
+        validate_shared_index("wiring.shared_index", granted)
+        if not shared_index_covers(granted, mode):
+            raise ValueError(
+                f"shared_index={mode!r}: the storage grants the server only {granted!r} on shared indexes; "
+                "give the storage component shared_index='write' (least privilege: only then may it write)"
+            )
+        if mode != "off" and self.wiring.backend == "azureblob" and self.wiring.index_container is None:
+            raise ValueError(
+                f"shared_index={mode!r}: the Azure storage has no shared-index container (its shared_index is 'off')"
+            )
+
+    def shared_index_mode(self) -> str:
+        """The server's ``--shared-index``: ``shared_index`` or what the storage grants."""
+        return self.shared_index if self.shared_index is not None else self.wiring.shared_index
+
+    def shared_index_env(self) -> dict[str, pulumi.Input[str]]:
+        """``SHARED_INDEX`` and, on Azure, ``SHARED_INDEX_CONTAINER`` (the server's env for the flags)."""
+        mode = self.shared_index_mode()
+        env: dict[str, pulumi.Input[str]] = {"SHARED_INDEX": mode}
+        if mode != "off" and self.wiring.index_container is not None:
+            env["SHARED_INDEX_CONTAINER"] = self.wiring.index_container
+        return env
 
     def container_resources(self) -> dict[str, dict[str, str]]:
         """``resources`` plus ``ephemeral-storage`` (request = limit) for every local write of the pod."""
@@ -275,8 +307,14 @@ class HistoryServerK8s(pulumi.ComponentResource):
         # The Service and the Ingress name these: the controller rejects what it cannot find yet.
         door = server_exposure.front_door_objects(name, plan, labels=labels, opts=in_ns) if plan else []
         env = pulumi.Output.all(
-            pulumi.Output.from_input(args.wiring.env), pulumi.Output.from_input(args.wiring.server.env)
-        ).apply(lambda parts: container_env(dict(parts[0] or {}), dict(parts[1] or {}), args.wiring.secret_env))
+            pulumi.Output.from_input(args.wiring.env),
+            pulumi.Output.from_input(args.wiring.server.env),
+            pulumi.Output.all(**args.shared_index_env()),
+        ).apply(
+            lambda parts: container_env(
+                {**dict(parts[0] or {}), **dict(parts[2])}, dict(parts[1] or {}), args.wiring.secret_env
+            )
+        )
         deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata={"name": SERVICE_NAME, "namespace": ns, "labels": labels},

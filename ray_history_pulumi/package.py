@@ -62,6 +62,8 @@ class AzureSettings(TypedDict):
     """The cluster's OIDC issuer URL."""
     location: NotRequired[pulumi.Input[str]]
     """The Azure region; default the resource group's."""
+    index_container_name: NotRequired[str]
+    """The container of the shared indexes (``shared_index`` read or write); default ``ray-history-index``."""
     key_vault_certificate_uri: NotRequired[str]
     """With ``ingress_host``: the Key Vault certificate application routing serves
     (``https://VAULT.vault.azure.net/certificates/NAME``; attach the vault to the add-on)."""
@@ -90,6 +92,10 @@ class RayHistoryArgs(TypedDict):
     """A prefix inside the bucket; default none."""
     ingress_host: NotRequired[str]
     """A DNS name: adds the cloud's front door (TLS, its controller's health check and timeouts)."""
+    shared_index: NotRequired[str]
+    """``off``, ``read`` (default) or ``write``: whether the server uses and stores shared indexes
+    (``ROOT/history-index/``; on Azure a container of their own). Only ``write`` gives its identity
+    write access, scoped to them."""
 
 
 #: Makes the cloud's storage component: (name, writers, server, opts) -> (bucket name, wiring).
@@ -194,6 +200,7 @@ def _gcs_storage(args: RayHistoryArgs) -> _StorageFactory:
                 bucket_name=args.get("bucket_name"),
                 root_dir=args.get("root_dir", ""),
                 project_number=gcp.get("project_number"),
+                shared_index=args.get("shared_index", "read"),
             ),
             opts=opts,
         )
@@ -224,6 +231,7 @@ def _s3_storage(args: RayHistoryArgs) -> _StorageFactory:
                 oidc_issuer_url=aws.get("oidc_issuer_url"),
                 bucket_name=args.get("bucket_name"),
                 root_dir=args.get("root_dir", ""),
+                shared_index=args.get("shared_index", "read"),
             ),
             opts=opts,
         )
@@ -251,6 +259,8 @@ def _blob_storage(args: RayHistoryArgs) -> _StorageFactory:
                 location=azure.get("location"),
                 container_name=args.get("bucket_name", "ray-historyserver"),
                 root_dir=args.get("root_dir", ""),
+                shared_index=args.get("shared_index", "read"),
+                index_container_name=azure.get("index_container_name", "ray-history-index"),
             ),
             opts=opts,
         )

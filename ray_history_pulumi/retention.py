@@ -8,7 +8,9 @@ server's image (``images/server/Dockerfile`` installs the ``ray-history`` script
 ``gc`` needs only the ``[server]`` extra it has), as its own ServiceAccount:
 
 * a *writer* of the storage component (writers may delete; the history server's
-  identity stays read-only), and
+  identity stays read-only) that may also delete shared indexes (an index maintainer:
+  on GCS and S3 every writer is one; on Azure the storage component gives it the
+  index container too, and the job gets ``SHARED_INDEX_CONTAINER``), and
 * bound to a ClusterRole allowing only ``list`` on ``rayclusters.ray.io``
   (``--live-check kubernetes``: a cluster whose RayCluster is gone has ended).
 
@@ -101,9 +103,23 @@ class SessionRetentionArgs:
                 f"wiring.writers: no identity for {self.writer_key}; give the storage component this account "
                 "as a writer (writers may delete, the history server may not)"
             )
+        if (
+            not self.wiring.secret_env
+            and self.wiring.shared_index != "off"
+            and self.writer_key not in self.wiring.index_maintainers
+        ):
+            raise ValueError(
+                f"wiring.index_maintainers: {self.writer_key} may not delete shared indexes; give the storage "
+                "component this account as an index maintainer (a session's indexes are deleted with it)"
+            )
         for part in ("requests", "limits"):
             if not self.resources.get(part):
                 raise ValueError(f"resources: '{part}' is required")
+
+    def index_env(self) -> dict[str, pulumi.Input[str]]:
+        """``SHARED_INDEX_CONTAINER`` where the shared indexes have a container of their own (Azure)."""
+        container = self.wiring.index_container
+        return {"SHARED_INDEX_CONTAINER": container} if container is not None else {}
 
     @property
     def writer_key(self) -> str:
@@ -169,8 +185,14 @@ class SessionRetention(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[role, account]),
         )
         env = pulumi.Output.all(
-            pulumi.Output.from_input(args.wiring.env), pulumi.Output.from_input(identity.env)
-        ).apply(lambda parts: container_env(dict(parts[0] or {}), dict(parts[1] or {}), args.wiring.secret_env))
+            pulumi.Output.from_input(args.wiring.env),
+            pulumi.Output.from_input(identity.env),
+            pulumi.Output.all(**args.index_env()),
+        ).apply(
+            lambda parts: container_env(
+                {**dict(parts[0] or {}), **dict(parts[2])}, dict(parts[1] or {}), args.wiring.secret_env
+            )
+        )
         self.cron_job = k8s.batch.v1.CronJob(
             f"{name}-cronjob",
             metadata={"name": CRON_JOB_NAME, "namespace": ns, "labels": labels},

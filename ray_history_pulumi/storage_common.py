@@ -1,4 +1,5 @@
-"""Small helpers every storage component shares (validation, env map, wiring keys)."""
+"""Small helpers every storage component shares (validation, env map, wiring keys, the
+shared-index modes and key prefix)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,29 @@ from ray_history_pulumi.contracts import ServiceAccountRef
 
 # Kubernetes object names (RFC 1123 labels for namespaces, subdomains for service accounts).
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+#: ``--shared-index`` of the history server, least access first: ``off`` never touches the
+#: shared indexes, ``read`` uses ones built elsewhere, ``write`` also uploads its own.
+SHARED_INDEX_MODES = ("off", "read", "write")
+#: Key prefix of the shared indexes under the storage root (KubeRay's Go server ignores it).
+INDEX_DIR = "history-index"
+
+
+def index_prefix(root_dir: str) -> str:
+    """Key prefix of the shared indexes: ``ROOT/history-index/``, ``history-index/`` at the bucket root."""
+    root = root_dir.strip("/")
+    return f"{root}/{INDEX_DIR}/" if root else f"{INDEX_DIR}/"
+
+
+def validate_shared_index(what: str, mode: str) -> None:
+    """``mode`` must be one of :data:`SHARED_INDEX_MODES`; the error names ``what``."""
+    if mode not in SHARED_INDEX_MODES:
+        raise ValueError(f"{what}={mode!r}: must be one of {', '.join(SHARED_INDEX_MODES)}")
+
+
+def shared_index_covers(granted: str, wanted: str) -> bool:
+    """True when storage granting ``granted`` lets the server run with ``--shared-index=wanted``."""
+    return SHARED_INDEX_MODES.index(wanted) <= SHARED_INDEX_MODES.index(granted)
 
 
 def writer_key(account: ServiceAccountRef) -> str:

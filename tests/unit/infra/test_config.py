@@ -48,6 +48,14 @@ def base(**overrides: Any) -> dict[str, Any]:
     return raw
 
 
+#: A valid ``azure`` section for an existing AKS cluster (with ``base``'s images.registry).
+AZURE: dict[str, Any] = {
+    "location": "westeurope",
+    "storageAccount": "rayhistory",
+    "oidcIssuerUrl": "https://issuer.example/",
+}
+
+
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_example_stack_is_valid(stack: str) -> None:
     config = parse_config(stack_values(stack))
@@ -319,7 +327,46 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], str]] = [
         "ray-history-server:kuberay.releaseName must be a Kubernetes name",
     ),
     ("repository", base(images={"repository": "Ray History"}), "ray-history-server:images.repository must be"),
+    # #18 item 4: shared indexes, opt-in write.
+    (
+        "shared index mode",
+        base(historyServer={"sharedIndex": "rw"}),
+        "ray-history-server:historyServer.sharedIndex must be one of off, read, write (got 'rw')",
+    ),
+    (
+        "index container name",
+        base(cloud="azure", gcp=None, azure={**AZURE, "indexContainer": "Index_1"}),
+        "ray-history-server:azure.indexContainer must be a blob container name",
+    ),
+    (
+        "index container with a double hyphen",
+        base(cloud="azure", gcp=None, azure={**AZURE, "indexContainer": "ray--index"}),
+        "ray-history-server:azure.indexContainer must be a blob container name",
+    ),
+    (
+        "index container is the history container",
+        base(cloud="azure", gcp=None, storage={"bucket": "history"}, azure={**AZURE, "indexContainer": "history"}),
+        "ray-history-server:azure.indexContainer is 'history', the history container",
+    ),
 ]
+
+
+def test_shared_index_defaults_to_read_and_accepts_each_mode() -> None:
+    config = parse_config(base())
+    assert config.history_server.shared_index == "read"
+    for mode in ("off", "read", "write"):
+        assert parse_config(base(historyServer={"sharedIndex": mode})).history_server.shared_index == mode
+    azure = parse_config(base(cloud="azure", gcp=None, azure=AZURE)).azure
+    assert azure is not None and azure.index_container == "ray-history-index"
+    # ``off`` has no index container, so it may not clash with the history one.
+    off = base(
+        cloud="azure",
+        gcp=None,
+        storage={"bucket": "history"},
+        azure={**AZURE, "indexContainer": "history"},
+        historyServer={"sharedIndex": "off"},
+    )
+    assert parse_config(off).history_server.shared_index == "off"
 
 
 @pytest.mark.parametrize(("raw", "message"), [c[1:] for c in BAD_CONFIGS], ids=[c[0] for c in BAD_CONFIGS])

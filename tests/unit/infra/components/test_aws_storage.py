@@ -330,3 +330,77 @@ def test_every_resource_uses_the_explicit_provider(mocks: RecordingMocks) -> pul
 def test_bad_args_name_the_field(overrides: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         S3HistoryStorageArgs(**overrides)
+
+
+# ------------------------------------------------------------------ shared indexes
+def _server_policy_for(mocks: RecordingMocks, **overrides: Any) -> dict[str, Any]:
+    captured: list[dict[str, Any]] = []
+
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[None]:
+        return _done(_storage(**overrides)).apply(lambda _: captured.append(_policy(mocks, "history-server")))
+
+    program()
+    return captured[0]
+
+
+@pytest.mark.parametrize(
+    ("root_dir", "index_arn"),
+    [
+        ("", "arn:aws:s3:::ray-history-demo/history-index/*"),
+        ("x/y", "arn:aws:s3:::ray-history-demo/x/y/history-index/*"),
+    ],
+)
+def test_write_lets_the_server_upload_under_the_index_prefix_only(
+    mocks: RecordingMocks, root_dir: str, index_arn: str
+) -> None:
+    """``write``: ``s3:PutObject`` (an overwrite is a PUT) and the multipart calls, on the object
+    ARN of the index prefix only: a key prefix in the Resource scopes the actions to it
+    (https://docs.aws.amazon.com/AmazonS3/latest/userguide/example-policies-s3.html). Reads stay as
+    they were; no delete anywhere."""
+    policy = _server_policy_for(mocks, root_dir=root_dir, shared_index="write")
+    root_objects = f"arn:aws:s3:::ray-history-demo/{root_dir}/*" if root_dir else "arn:aws:s3:::ray-history-demo/*"
+    by_resource = {s["Resource"]: sorted(s["Action"]) for s in policy["Statement"]}
+    assert by_resource == {
+        "arn:aws:s3:::ray-history-demo": ["s3:ListBucket"],
+        root_objects: ["s3:GetObject"],
+        index_arn: ["s3:AbortMultipartUpload", "s3:ListMultipartUploadParts", "s3:PutObject"],
+    }
+    [index] = [s for s in policy["Statement"] if s["Resource"] == index_arn]
+    assert index["Sid"] == "WriteSharedIndexes" and index["Effect"] == "Allow"
+
+
+@pytest.mark.parametrize("mode", ["off", "read"])
+def test_read_and_off_keep_the_server_read_only(mocks: RecordingMocks, mode: str) -> None:
+    """Least privilege: an identity that only reads sessions never gets an upload action."""
+    policy = _server_policy_for(mocks, shared_index=mode)
+    actions = {action for statement in policy["Statement"] for action in statement["Action"]}
+    assert actions == {"s3:ListBucket", "s3:GetObject"}
+
+
+def test_write_with_sse_kms_lets_the_server_generate_data_keys(mocks: RecordingMocks) -> None:
+    """Uploading under SSE-KMS needs ``kms:GenerateDataKey``
+    (https://docs.aws.amazon.com/AmazonS3/latest/userguide/UsingKMSEncryption.html#require-sse-kms):
+    without it every index upload fails with 403."""
+    key = "arn:aws:kms:us-east-1:123456789012:key/abc"
+    policy = _server_policy_for(mocks, kms_key_arn=key, shared_index="write")
+    [statement] = [s for s in policy["Statement"] if s["Resource"] == key]
+    assert sorted(statement["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey"]
+
+
+@settled
+def test_writers_maintain_indexes_and_the_wiring_carries_the_mode(mocks: RecordingMocks) -> pulumi.Output[None]:
+    """Writers may delete anywhere under the root, the shared indexes included (the retention job)."""
+    storage = _storage(shared_index="write")
+
+    def check(_: object) -> None:
+        assert storage.wiring.shared_index == "write"
+        assert storage.wiring.index_maintainers == ["ray/ray-collector", "team-a/ray-worker"]
+        assert "s3:DeleteObject" in json.dumps(_policy(mocks, "history-writer"))
+
+    return _done(storage).apply(check)
+
+
+def test_bad_shared_index_names_the_field() -> None:
+    with pytest.raises(ValueError, match=re.escape("S3HistoryStorageArgs.shared_index='all'")):
+        S3HistoryStorageArgs(identity_mode="pod-identity", cluster_name="c", shared_index="all")

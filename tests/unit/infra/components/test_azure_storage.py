@@ -57,9 +57,10 @@ def test_account_and_container_are_private(mocks: RecordingMocks) -> pulumi.Outp
         assert account["minimumTlsVersion"] == "TLS1_2"
         assert account["enableHttpsTrafficOnly"] is True
         assert account["kind"] == "StorageV2"
-        container = mocks.one("azure-native:storage:BlobContainer").inputs
-        assert container["publicAccess"] == "None"
-        assert container["containerName"] == "ray-historyserver"
+        containers = {r.inputs["containerName"]: r.inputs for r in mocks.of_type("azure-native:storage:BlobContainer")}
+        # The history container and (shared_index "read" by default) the shared indexes' own.
+        assert set(containers) == {"ray-historyserver", "ray-history-index"}
+        assert all(container["publicAccess"] == "None" for container in containers.values())
 
     return _done(storage).apply(check)
 
@@ -98,7 +99,8 @@ def test_role_assignments_scoped_to_the_container(mocks: RecordingMocks) -> None
     # Role assignments register once the identities' principal ids resolve: check after
     # every registration finished (the decorator waits for them), not inside an apply.
     program()
-    container_id = mocks.one("azure-native:storage:BlobContainer").resource_id
+    containers = {r.inputs["containerName"]: r.resource_id for r in mocks.of_type("azure-native:storage:BlobContainer")}
+    container_id = containers["ray-historyserver"]
     principals = {
         r.name: r.state["principalId"] for r in mocks.of_type("azure-native:managedidentity:UserAssignedIdentity")
     }
@@ -116,6 +118,13 @@ def test_role_assignments_scoped_to_the_container(mocks: RecordingMocks) -> None
             principals["history-server"],
             ROLE_PREFIX + "2a2b9908-6ea1-4ae2-8e65-a410df84e7d1",  # Storage Blob Data Reader
             container_id,
+            "ServicePrincipal",
+        ),
+        # shared_index "read" (the default): the server reads the index container too.
+        "history-server-index-data": (
+            principals["history-server"],
+            ROLE_PREFIX + "2a2b9908-6ea1-4ae2-8e65-a410df84e7d1",  # Storage Blob Data Reader
+            containers["ray-history-index"],
             "ServicePrincipal",
         ),
         "history-writer-blob-data": (
@@ -137,8 +146,13 @@ def test_account_scope_option(mocks: RecordingMocks) -> None:
 
     program()  # the role assignment registers after the identity's principal id resolves
     account_id = mocks.one("azure-native:storage:StorageAccount").resource_id
-    [assignment] = mocks.of_type("azure-native:authorization:RoleAssignment")
-    assert assignment.inputs["scope"] == account_id
+    scopes = {r.name: r.inputs["scope"] for r in mocks.of_type("azure-native:authorization:RoleAssignment")}
+    index_id = next(
+        r.resource_id
+        for r in mocks.of_type("azure-native:storage:BlobContainer")
+        if r.inputs["containerName"] == "ray-history-index"
+    )
+    assert scopes == {"history-server-blob-data": account_id, "history-server-index-data": index_id}
     assert built[0].writer_identity is None
     assert built[0].wiring.writers == {}
 
@@ -152,7 +166,11 @@ def test_lifecycle_policy_deletes_old_history(mocks: RecordingMocks) -> pulumi.O
         assert policy["managementPolicyName"] == "default"
         [rule] = policy["policy"]["rules"]
         assert rule["enabled"] is True
-        assert rule["definition"]["filters"]["prefixMatch"] == ["ray-historyserver/prod/"]
+        # The shared indexes' container: their prefix under the same root goes too.
+        assert rule["definition"]["filters"]["prefixMatch"] == [
+            "ray-historyserver/prod/",
+            "ray-history-index/prod/history-index/",
+        ]
         assert rule["definition"]["actions"]["baseBlob"]["delete"] == {"daysAfterModificationGreaterThan": 30}
 
     return _done(storage).apply(check)
@@ -208,6 +226,115 @@ def test_every_resource_and_invoke_uses_the_explicit_provider(mocks: RecordingMo
     ],
 )
 def test_bad_args_name_the_field(overrides: dict[str, Any], message: str) -> None:
+    settings: dict[str, Any] = {
+        "resource_group_name": "rg",
+        "account_name": "rayhistory",
+        "oidc_issuer_url": AKS_ISSUER,
+        **overrides,
+    }
+    with pytest.raises(ValueError, match=re.escape(message)):
+        AzureBlobHistoryStorageArgs(**settings)
+
+
+# ------------------------------------------------------------------ shared indexes
+READER = ROLE_PREFIX + "2a2b9908-6ea1-4ae2-8e65-a410df84e7d1"
+CONTRIBUTOR = ROLE_PREFIX + "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
+GC = ServiceAccountRef("ray-system", "ray-history-gc")
+
+
+def _grants(mocks: RecordingMocks, **overrides: Any) -> tuple[dict[str, tuple[str, str]], dict[str, str], Any]:
+    """(assignment name -> (role, container name or "account")), container name -> id, the storage."""
+    built: list[AzureBlobHistoryStorage] = []
+
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[Any]:
+        built.append(_storage(**overrides))
+        return _done(built[0])
+
+    program()  # role assignments register after the identities' principal ids resolve
+    containers = {r.inputs["containerName"]: r.resource_id for r in mocks.of_type("azure-native:storage:BlobContainer")}
+    by_id = {v: k for k, v in containers.items()}
+    by_id[mocks.one("azure-native:storage:StorageAccount").resource_id] = "account"
+    grants = {
+        r.name: (r.inputs["roleDefinitionId"], by_id[r.inputs["scope"]])
+        for r in mocks.of_type("azure-native:authorization:RoleAssignment")
+    }
+    return grants, containers, built[0]
+
+
+@pytest.mark.parametrize(("mode", "index_role"), [("read", READER), ("write", CONTRIBUTOR)])
+def test_shared_index_container_and_server_grant_per_mode(mocks: RecordingMocks, mode: str, index_role: str) -> None:
+    """The shared indexes get their own container; the server's role on it is Reader with
+    ``read`` and Contributor with ``write``, scoped to that container only (a container is an
+    Azure role assignment's narrowest scope:
+    https://learn.microsoft.com/azure/storage/blobs/assign-azure-role-data-access). The history
+    container stays Reader for the server, and the collectors' identity never reaches the index
+    container."""
+    grants, containers, storage = _grants(mocks, shared_index=mode, index_container_name="idx-prod")
+    assert set(containers) == {"ray-historyserver", "idx-prod"}
+    assert grants == {
+        "history-server-blob-data": (READER, "ray-historyserver"),
+        "history-server-index-data": (index_role, "idx-prod"),
+        "history-writer-blob-data": (CONTRIBUTOR, "ray-historyserver"),
+    }
+    assert storage.wiring.shared_index == mode
+    assert storage.wiring.index_maintainers == []
+
+
+def test_shared_index_off_creates_no_container_and_no_grant(mocks: RecordingMocks) -> None:
+    """``off``: one container, the server Reader on it and nothing else."""
+    grants, containers, storage = _grants(mocks, shared_index="off")
+    assert set(containers) == {"ray-historyserver"}
+    assert grants == {
+        "history-server-blob-data": (READER, "ray-historyserver"),
+        "history-writer-blob-data": (CONTRIBUTOR, "ray-historyserver"),
+    }
+    assert storage.wiring.shared_index == "off"
+    assert storage.wiring.index_container is None
+
+
+def test_read_grants_the_server_no_write_anywhere(mocks: RecordingMocks) -> None:
+    """Least privilege: with ``read`` (the default) no Contributor assignment names the server."""
+    grants, _, _ = _grants(mocks)
+    assert [
+        name for name, (role, _) in grants.items() if name.startswith("history-server") and role == CONTRIBUTOR
+    ] == []
+
+
+def test_index_maintainer_gets_its_own_identity_with_both_containers(mocks: RecordingMocks) -> None:
+    """The retention job deletes a session's shared indexes with it: an identity of its own with
+    Contributor on both containers (scoped to each,
+    https://learn.microsoft.com/azure/storage/blobs/assign-azure-role-data-access), so the
+    collectors' identity gains nothing."""
+    grants, _, storage = _grants(mocks, writers=[*WRITERS, GC], index_maintainers=[GC])
+    assert grants == {
+        "history-server-blob-data": (READER, "ray-historyserver"),
+        "history-server-index-data": (READER, "ray-history-index"),
+        "history-writer-blob-data": (CONTRIBUTOR, "ray-historyserver"),
+        "history-maintainer-blob-data": (CONTRIBUTOR, "ray-historyserver"),
+        "history-maintainer-index-data": (CONTRIBUTOR, "ray-history-index"),
+    }
+    credentials = {
+        r.inputs["subject"]: r.inputs["resourceName"]
+        for r in mocks.of_type("azure-native:managedidentity:FederatedIdentityCredential")
+    }
+    assert credentials["system:serviceaccount:ray-system:ray-history-gc"] == "history-maintainer"
+    assert credentials["system:serviceaccount:ray:ray-collector"] == "history-writer"
+    assert storage.wiring.index_maintainers == ["ray-system/ray-history-gc"]
+    assert set(storage.wiring.writers) == {"ray/ray-collector", "team-a/ray-worker", "ray-system/ray-history-gc"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"shared_index": "rw"}, "AzureBlobHistoryStorageArgs.shared_index='rw'"),
+        ({"index_container_name": "Idx"}, "AzureBlobHistoryStorageArgs.index_container_name"),
+        ({"index_container_name": "a--b"}, "AzureBlobHistoryStorageArgs.index_container_name"),
+        ({"index_container_name": "ray-historyserver"}, "AzureBlobHistoryStorageArgs.index_container_name"),
+        ({"index_maintainers": [GC]}, "AzureBlobHistoryStorageArgs.index_maintainers"),
+    ],
+)
+def test_bad_shared_index_args_name_the_field(overrides: dict[str, Any], message: str) -> None:
     settings: dict[str, Any] = {
         "resource_group_name": "rg",
         "account_name": "rayhistory",

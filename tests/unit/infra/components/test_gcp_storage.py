@@ -10,6 +10,7 @@ import pytest
 
 from ray_history_pulumi.contracts import ServiceAccountRef
 from ray_history_pulumi.gcp_storage import (
+    INDEX_WRITER_ROLE,
     SERVER_ROLE,
     WRITER_ROLE,
     GcsHistoryStorage,
@@ -166,3 +167,80 @@ def test_provider_check_catches_a_default_provider(mocks: RecordingMocks) -> pul
             mocks.assert_all_use_provider("gcp", "gcp-explicit")
 
     return pulumi.Output.all(*storage.members.values()).apply(check)
+
+
+# ------------------------------------------------------------------ shared indexes
+def _iam(mocks: RecordingMocks, **overrides: object) -> list[dict[str, object]]:
+    captured: list[dict[str, object]] = []
+
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[None]:
+        storage = _storage(**overrides)
+        return pulumi.Output.all(storage.bucket_name, *storage.members.values()).apply(lambda _: None)
+
+    program()  # the conditional grant registers once the bucket's name resolves
+    for r in mocks.of_type("gcp:storage/bucketIAMMember:BucketIAMMember"):
+        captured.append({"name": r.name, "role": r.inputs["role"], "condition": r.inputs.get("condition")})
+    return captured
+
+
+@pytest.mark.parametrize(
+    ("root_dir", "prefix"),
+    [("", "history-index/"), ("x/y", "x/y/history-index/"), ("/x/y/", "x/y/history-index/")],
+)
+def test_write_adds_a_grant_conditioned_on_the_index_prefix(mocks: RecordingMocks, root_dir: str, prefix: str) -> None:
+    """``write``: the server gets roles/storage.objectUser (create, and delete, which an overwrite
+    needs) only where ``resource.name`` starts with the index prefix; Cloud Storage names objects
+    ``projects/_/buckets/BUCKET/objects/KEY`` in IAM conditions
+    (https://cloud.google.com/storage/docs/access-control/iam#conditions,
+    https://cloud.google.com/iam/docs/conditions-attribute-reference#resource-name).
+    objectViewer stays unconditional for reads."""
+    grants = _iam(mocks, bucket_name="my-ray-history", root_dir=root_dir, shared_index="write")
+    server = {g["name"]: g for g in grants if str(g["name"]).startswith("history-server")}
+    assert server == {
+        "history-server-ray-system-ray-history-server": {
+            "name": "history-server-ray-system-ray-history-server",
+            "role": SERVER_ROLE,
+            "condition": None,
+        },
+        "history-server-index-writer": {
+            "name": "history-server-index-writer",
+            "role": INDEX_WRITER_ROLE,
+            "condition": {
+                "title": "shared-index-only",
+                "description": "Ray history server: write shared indexes only",
+                "expression": f'resource.name.startsWith("projects/_/buckets/my-ray-history/objects/{prefix}")',
+            },
+        },
+    }
+    assert INDEX_WRITER_ROLE == "roles/storage.objectUser"
+    # Writers keep their unconditional grant.
+    assert all(g["condition"] is None for g in grants if str(g["name"]).startswith("history-writer"))
+
+
+@pytest.mark.parametrize("mode", ["off", "read"])
+def test_read_and_off_grant_the_server_no_write(mocks: RecordingMocks, mode: str) -> None:
+    """Least privilege: only ``write`` adds a grant; the server keeps objectViewer alone."""
+    grants = _iam(mocks, shared_index=mode)
+    assert [(g["role"], g["condition"]) for g in grants if str(g["name"]).startswith("history-server")] == [
+        (SERVER_ROLE, None)
+    ]
+
+
+@settled
+def test_wiring_carries_the_mode_and_every_writer_maintains_indexes(mocks: RecordingMocks) -> pulumi.Output[None]:
+    """Writers hold objectUser on the whole bucket: they (the retention job among them) may
+    delete shared indexes already."""
+    storage = _storage(shared_index="write")
+
+    def check(_: object) -> None:
+        assert storage.wiring.shared_index == "write"
+        assert storage.wiring.index_container is None
+        assert storage.wiring.index_maintainers == ["ray/ray-collector", "team-a/ray-worker"]
+
+    return pulumi.Output.all(*storage.members.values()).apply(check)
+
+
+def test_bad_shared_index_names_the_field() -> None:
+    with pytest.raises(ValueError, match=re.escape("GcsHistoryStorageArgs.shared_index='yes'")):
+        GcsHistoryStorageArgs(project="p", location="US", shared_index="yes")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ AZURE_WIRING = StorageWiring(
         env={"AZURE_CLIENT_ID": "cid-123"},
     ),
     secret_env={"AZURE_STORAGE_CONNECTION_STRING": ("azure-conn", "connection-string")},
+    index_container="ray-history-index",
 )
 
 
@@ -345,3 +347,49 @@ def test_replicas_get_a_disruption_budget_spreading_and_a_cache_volume_each(stor
         claim = cache["ephemeral"]["volumeClaimTemplate"]["spec"]
         assert claim["accessModes"] == ["ReadWriteOnce"] and claim["storageClassName"] == storage_class
     assert not any("persistentVolumeClaim" in v for v in spec["volumes"])
+
+
+# ------------------------------------------------------------------ shared indexes
+def _server_env(args: HistoryServerArgs) -> dict[str, str]:
+    objects = _by_kind(_deploy(args))
+    validate_k8s(objects["Deployment"])
+    (container,) = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+@pytest.mark.parametrize("granted", ["read", "write"])
+def test_the_server_runs_with_what_the_storage_grants(granted: str) -> None:
+    """Without ``shared_index`` the server's ``--shared-index`` (env ``SHARED_INDEX``) is the
+    storage's grant; on Azure ``SHARED_INDEX_CONTAINER`` names the index container."""
+    wiring = dataclasses.replace(AZURE_WIRING, shared_index=granted)
+    env = _server_env(HistoryServerArgs(image="img:1", wiring=wiring))
+    assert (env["SHARED_INDEX"], env["SHARED_INDEX_CONTAINER"]) == (granted, "ray-history-index")
+
+
+def test_a_lesser_mode_than_granted_is_allowed_and_off_names_no_container() -> None:
+    wiring = dataclasses.replace(AZURE_WIRING, shared_index="write")
+    env = _server_env(HistoryServerArgs(image="img:1", wiring=wiring, shared_index="off"))
+    assert env["SHARED_INDEX"] == "off"
+    assert "SHARED_INDEX_CONTAINER" not in env
+
+
+def test_gcs_and_s3_need_no_container() -> None:
+    wiring = StorageWiring(backend="gcs", bucket="b", env={"STORAGE_BACKEND": "gcs"}, server=IdentityWiring())
+    env = _server_env(HistoryServerArgs(image="img:1", wiring=wiring))
+    assert env["SHARED_INDEX"] == "read"
+    assert "SHARED_INDEX_CONTAINER" not in env
+
+
+@pytest.mark.parametrize(
+    ("wiring", "mode", "message"),
+    [
+        # Least privilege: the server never claims write access its identity lacks.
+        (AZURE_WIRING, "write", r"shared_index='write': the storage grants the server only 'read'"),
+        (dataclasses.replace(AZURE_WIRING, shared_index="off"), "read", r"grants the server only 'off'"),
+        (AZURE_WIRING, "sometimes", r"shared_index='sometimes': must be one of off, read, write"),
+        (dataclasses.replace(AZURE_WIRING, index_container=None), "read", r"has no shared-index container"),
+    ],
+)
+def test_bad_shared_index_names_the_parameter(wiring: StorageWiring, mode: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        HistoryServerArgs(image="img:1", wiring=wiring, shared_index=mode).validate()

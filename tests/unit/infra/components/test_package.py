@@ -169,8 +169,39 @@ def test_each_cloud_builds_storage_server_writers_and_its_front_door(
         ({"image": "i"}, "exactly one of gcp, aws, azure"),
         ({"image": "i", "gcp": {"project": "p", "location": "US"}, "aws": {"cluster_name": "c"}}, "exactly one"),
         ({"image": "i", "aws": {"cluster_name": "c", "identity_mode": "keys"}}, "identity_mode"),
+        ({"image": "i", "aws": {"cluster_name": "c"}, "shared_index": "yes"}, "shared_index='yes'"),
     ],
 )
 def test_bad_arguments_name_what_is_wrong(args: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         _construct(package.RayHistory, args)
+
+
+@pytest.mark.parametrize(("mode", "index_role"), [("off", None), ("read", "Reader"), ("write", "Contributor")])
+def test_shared_index_reaches_the_storage_and_the_server(mode: str, index_role: str | None) -> None:
+    """``shared_index`` on Azure: the index container (named by ``index_container_name``) and the
+    server's role on it, scoped to it (https://learn.microsoft.com/azure/storage/blobs/assign-azure-role-data-access),
+    and the server's ``SHARED_INDEX`` / ``SHARED_INDEX_CONTAINER``."""
+    args = {
+        "image": "registry.example/ray-history-server:0.1.0",
+        "shared_index": mode,
+        "azure": {
+            "resource_group_name": "rg",
+            "storage_account_name": "rayhistory1",
+            "oidc_issuer_url": "https://issuer.example.com/",
+            "index_container_name": "idx",
+        },
+    }
+    mocks = _construct(package.RayHistory, args)
+    containers = {r.resource_id: r.inputs["containerName"] for r in mocks.of_type("azure-native:storage:BlobContainer")}
+    roles = {"2a2b9908-6ea1-4ae2-8e65-a410df84e7d1": "Reader", "ba92f5b4-2d11-453d-a403-e96b0029c9fe": "Contributor"}
+    on_index = [
+        roles[r.inputs["roleDefinitionId"].rsplit("/", 1)[1]]
+        for r in mocks.of_type("azure-native:authorization:RoleAssignment")
+        if containers.get(r.inputs["scope"]) == "idx"
+    ]
+    assert on_index == ([index_role] if index_role else [])
+    container = mocks.one("kubernetes:apps/v1:Deployment").inputs["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["SHARED_INDEX"] == mode
+    assert env.get("SHARED_INDEX_CONTAINER") == (None if mode == "off" else "idx")

@@ -4,6 +4,7 @@ and the bucket's age rule becomes a backstop at 3x."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pulumi
@@ -39,6 +40,8 @@ AZURE_WIRING = StorageWiring(
             env={"AZURE_CLIENT_ID": "writer-cid"},
         )
     },
+    index_container="ray-history-index",
+    index_maintainers=[GC_KEY],
 )
 
 
@@ -106,6 +109,8 @@ def test_every_object_is_schema_valid_and_wired() -> None:
     assert env == {
         "STORAGE_BACKEND": "azureblob",
         "AZURE_STORAGE_CONTAINER": "ray-history",
+        # ``gc`` deletes a session's shared indexes from their own container too.
+        "SHARED_INDEX_CONTAINER": "ray-history-index",
         "AZURE_CLIENT_ID": "writer-cid",
     }
     hardened = container["securityContext"]
@@ -128,7 +133,7 @@ def test_cron_job_waits_for_the_writer_identity() -> None:
     def run() -> pulumi.Output[None]:
         grant = pulumi.CustomResource("test:index:Grant", "gc-grant", {})
         wiring = StorageWiring(backend="s3", bucket="b", env={"STORAGE_BACKEND": "s3"}, server=IdentityWiring(),
-                               writers={GC_KEY: IdentityWiring(ready=[grant])})  # fmt: skip
+                               writers={GC_KEY: IdentityWiring(ready=[grant])}, index_maintainers=[GC_KEY])  # fmt: skip
         retention = SessionRetention("retention", SessionRetentionArgs(image="i:1", wiring=wiring, days=3))
         return retention.cron_job.urn.apply(lambda _: done.append("ok"))
 
@@ -145,6 +150,10 @@ def test_cron_job_waits_for_the_writer_identity() -> None:
         ({"schedule": "daily"}, "schedule"),
         ({"namespace": "Bad_NS"}, "namespace"),
         ({"account_name": "other"}, r"wiring.writers: no identity for ray-history/other"),
+        (
+            {"wiring": dataclasses.replace(AZURE_WIRING, index_maintainers=[])},
+            r"wiring.index_maintainers: ray-history/ray-history-gc may not delete shared indexes",
+        ),
         ({"resources": {"requests": {"cpu": "1"}}}, "resources"),
     ],
 )
@@ -219,11 +228,12 @@ def test_program_runs_the_job_as_a_writer_and_keeps_the_bucket_rule_as_a_backsto
         expiry = [rule["expiration"] for rule in lifecycle.inputs["rules"] if "expiration" in rule]
         assert expiry == [{"days": 90}]
     elif stack == "aks":
-        # The gc account federates into the writer identity (Blob Data Contributor), the server's
-        # into the read-only one.
+        # The gc account federates into an identity of its own (Blob Data Contributor on the history
+        # and the shared-index containers), the server's into the read-only one.
         credentials = mocks.of_type("azure-native:managedidentity:FederatedIdentityCredential")
         on_identity = {c.inputs["subject"]: c.name for c in credentials}
-        assert "-writer-" in on_identity[f"system:serviceaccount:{namespace}:{RETENTION_SERVICE_ACCOUNT}"]
+        assert "-maintainer-" in on_identity[f"system:serviceaccount:{namespace}:{RETENTION_SERVICE_ACCOUNT}"]
+        assert {e["name"]: e.get("value") for e in container["env"]}["SHARED_INDEX_CONTAINER"] == "ray-history-index"
         assert "-server-" in on_identity[f"system:serviceaccount:{namespace}:ray-history-server"]
         (policy,) = mocks.of_type("azure-native:storage:ManagementPolicy")
         (rule,) = policy.inputs["policy"]["rules"]
