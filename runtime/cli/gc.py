@@ -2,7 +2,8 @@
 
 Which sessions have ended is decided by :mod:`runtime.storage.retention` from one
 listing of the bucket (and, with ``--live-check kubernetes``, the live RayClusters);
-this module lists, deletes and reports. A session's objects go first and its
+this module lists, deletes and reports. A session's objects go first, then its
+shared indexes (``history-index/``, or ``--shared-index-container`` on Azure), its
 marker last, so a run that stops midway leaves a session that is still listed,
 still ended and still old: the next run finishes it.
 
@@ -13,8 +14,10 @@ the history server's image, which installs the ``[server]`` extra only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +31,7 @@ from runtime.common.settings import Checked
 from runtime.storage.base import ObjectInfo, ObjectStore
 from runtime.storage.config import StorageConfig, open_store
 from runtime.storage.errors import PermanentStorageError, StorageConfigError, StorageError
+from runtime.storage.index_store import open_index_store
 from runtime.storage.layout import KeyLayout
 from runtime.storage.retention import Decision, SessionRecord, select, summarise
 
@@ -78,6 +82,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --live-check kubernetes outside a pod: this kubeconfig (default $KUBECONFIG or ~/.kube/config)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per session on stdout instead of a table")
+    parser.add_argument(
+        "--shared-index-container",
+        metavar="NAME",
+        help="azureblob: the container holding the history server's shared indexes, deleted with their "
+        "sessions (env SHARED_INDEX_CONTAINER; default the history container)",
+    )
 
 
 @dataclass(frozen=True)
@@ -100,9 +110,10 @@ def run(args: argparse.Namespace) -> int:
         store = open_store(config)
     except PermanentStorageError as exc:
         raise CliError(f"storage is not usable: {exc}") from None
-    with store:
+    index_store = _index_store(args, config, store)
+    with store, index_store if index_store is not store else contextlib.nullcontext():
         layout = config.layout
-        records = scan(store, layout)
+        records = scan(store, layout, index_store)
         # Listed after the bucket: a cluster deleted in between counts as live (kept),
         # never the other way round.
         live = None
@@ -111,7 +122,10 @@ def run(args: argparse.Namespace) -> int:
 
             live = list_live_clusters(args.kubeconfig)
         decisions = select(records, cutoff=cutoff, live=live)
-        outcomes = [_apply(store, layout, decision, cutoff, dry_run=args.dry_run) for decision in decisions]
+        outcomes = [
+            _apply(store, layout, decision, cutoff, dry_run=args.dry_run, index_store=index_store)
+            for decision in decisions
+        ]
     _report(outcomes, cutoff, as_json=args.json)
     failed = [o for o in outcomes if o.action == "failed"]
     if failed:
@@ -119,26 +133,45 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def scan(store: ObjectStore, layout: KeyLayout) -> list[SessionRecord]:
-    """One record per stored session: its objects under ``cluster-history`` and its marker."""
+def _index_store(args: argparse.Namespace, config: StorageConfig, store: ObjectStore) -> ObjectStore:
+    """Where the shared indexes are (the history store unless a container is named)."""
+    container = (args.shared_index_container or os.environ.get("SHARED_INDEX_CONTAINER", "")).strip() or None
+    try:
+        return open_index_store(config, container, store)
+    except StorageConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def scan(store: ObjectStore, layout: KeyLayout, index_store: ObjectStore | None = None) -> list[SessionRecord]:
+    """One record per stored session: its objects under ``cluster-history``, its marker
+    and its shared indexes (in ``index_store``, default ``store``)."""
 
     def listing() -> Any:
         yield from store.walk(layout.history_prefix())
         yield from store.walk(layout.markers_prefix())
+        yield from (index_store or store).walk(layout.index_root_prefix())
 
     records = summarise(layout, listing())
     logger.info("%d stored sessions in %s", len(records), store.describe())
     return records
 
 
-def _apply(store: ObjectStore, layout: KeyLayout, decision: Decision, cutoff: datetime, *, dry_run: bool) -> Outcome:
+def _apply(
+    store: ObjectStore,
+    layout: KeyLayout,
+    decision: Decision,
+    cutoff: datetime,
+    *,
+    dry_run: bool,
+    index_store: ObjectStore | None = None,
+) -> Outcome:
     if not decision.delete:
         return Outcome(decision, "kept", decision.reason)
     if dry_run:
         return Outcome(decision, "would delete", decision.reason)
     record = decision.record
     try:
-        deleted = delete_session(store, layout, record, cutoff)
+        deleted = delete_session(store, layout, record, cutoff, index_store=index_store)
     except _WrittenSinceScanError as exc:
         return Outcome(decision, "kept", str(exc))
     except StorageError as exc:
@@ -152,11 +185,20 @@ class _WrittenSinceScanError(Exception):
     """A session's object is newer than the cutoff: it was written after the scan."""
 
 
-def delete_session(store: ObjectStore, layout: KeyLayout, record: SessionRecord, cutoff: datetime) -> int:
-    """Delete every object of the session, then its marker; the number deleted.
+def delete_session(
+    store: ObjectStore,
+    layout: KeyLayout,
+    record: SessionRecord,
+    cutoff: datetime,
+    *,
+    index_store: ObjectStore | None = None,
+) -> int:
+    """Delete every object of the session, then its shared indexes, then its marker;
+    the number deleted.
 
     The session is listed again first; if anything in it was written since the
-    scan (or has no time), nothing is deleted.
+    scan (or has no time), nothing is deleted. Index objects are listed again too
+    (a server may have uploaded one since the scan) and do not count as writes.
     """
     objects: list[ObjectInfo] = list(store.walk(layout.session_prefix(record.cluster, record.session)))
     fresh = next((o for o in objects if o.updated is None or o.updated >= cutoff), None)
@@ -165,9 +207,13 @@ def delete_session(store: ObjectStore, layout: KeyLayout, record: SessionRecord,
     with ThreadPoolExecutor(DELETE_WORKERS, thread_name_prefix="gc-delete") as pool:
         for _ in pool.map(lambda info: store.delete(info.key), objects):
             pass
+        indexes = index_store or store
+        index_keys = [info.key for info in indexes.walk(layout.index_session_prefix(record.cluster, record.session))]
+        for _ in pool.map(indexes.delete, index_keys):
+            pass
     # Last: while the marker exists the session is listed, and the next run finishes it.
     store.delete(layout.marker_key(record.cluster, record.session))
-    return len(objects) + (1 if record.has_marker else 0)
+    return len(objects) + len(index_keys) + (1 if record.has_marker else 0)
 
 
 # ------------------------------------------------------------------ output
@@ -202,6 +248,7 @@ def outcome_json(outcome: Outcome, cutoff: datetime) -> dict[str, Any]:
         "last_written": _when(record.newest),
         "objects": record.objects,
         "bytes": record.bytes,
+        "index_objects": sorted(record.index_keys),
         "reason": outcome.reason,
         "cutoff": _when(cutoff),
     }
@@ -227,8 +274,10 @@ def _report(outcomes: list[Outcome], cutoff: datetime, *, as_json: bool) -> None
             for o in outcomes
         ]
         widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
-        for row in rows:
+        for row, shown in zip(rows, [None, *outcomes], strict=True):
             out.write("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + f"  {row[-1]}\n")
+            for key in sorted(shown.decision.record.index_keys) if shown and shown.action != "kept" else ():
+                out.write(f"    shared index: {key}\n")
     out.flush()
     counts = {action: sum(1 for o in outcomes if o.action == action) for action in {o.action for o in outcomes}}
     summary = ", ".join(f"{n} {action}" for action, n in sorted(counts.items())) or "no stored sessions"

@@ -16,18 +16,23 @@ newest modification time of any of its objects (marker included); it is deleted
 when that time lies strictly before the cutoff. Whatever cannot be shown to have
 ended -- the newest session of a live cluster, or of a cluster whose liveness is
 unknown -- is kept, however old its objects are.
+
+A session's shared indexes (``history-index/``, written by history servers) go with
+it. They do not count as "written to": an index uploaded yesterday for a session
+that ended a year ago does not keep it. An index whose session is already gone (an
+upload that raced a gc run) forms a record of its own, dated by the index.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from runtime.storage.base import ObjectInfo
 from runtime.storage.layout import ClusterRef, KeyLayout, SessionMarker, session_created_at
-from runtime.storage.session_keys import StoredObject, parse_key
+from runtime.storage.session_keys import IndexObject, StoredObject, parse_index_key, parse_key
 
 #: A live RayCluster as the Kubernetes API names it: (namespace, name).
 LiveKey = tuple[str, str]
@@ -44,6 +49,10 @@ class SessionRecord:
     objects: int = 0
     bytes: int = 0
     has_marker: bool = False
+    #: Its shared index objects (data and manifests, every version).
+    index_keys: list[str] = field(default_factory=list)
+    index_bytes: int = 0
+    index_newest: datetime | None = None
 
     @property
     def created_at(self) -> datetime | None:
@@ -56,6 +65,17 @@ class SessionRecord:
         if info.updated is not None and (self.newest is None or info.updated > self.newest):
             self.newest = info.updated
 
+    def add_index(self, info: ObjectInfo) -> None:
+        self.index_keys.append(info.key)
+        self.index_bytes += info.size
+        if info.updated is not None and (self.index_newest is None or info.updated > self.index_newest):
+            self.index_newest = info.updated
+
+    def date_orphan_index(self) -> None:
+        """Only index objects and no session: it was last written when they were."""
+        if self.objects == 0:
+            self.newest = self.index_newest
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -67,23 +87,30 @@ class Decision:
 
 
 def summarise(layout: KeyLayout, infos: Iterable[ObjectInfo]) -> list[SessionRecord]:
-    """Fold a listing of the history and marker prefixes into one record per session.
+    """Fold a listing of the history, marker and index prefixes into one record per session.
 
     Keys the layout does not build (another root, malformed names) are not anyone's
     session and are left out: gc never touches them.
     """
     records: dict[tuple[ClusterRef, str], SessionRecord] = {}
     for info in infos:
-        parsed = parse_key(layout, info.key)
-        if not isinstance(parsed, SessionMarker | StoredObject):
+        parsed: SessionMarker | StoredObject | IndexObject | None = parse_key(layout, info.key)
+        if parsed is None:
+            parsed = parse_index_key(layout, info.key)
+        if parsed is None:
             continue
         key = (parsed.cluster, parsed.session)
         record = records.get(key)
         if record is None:
             record = records[key] = SessionRecord(parsed.cluster, parsed.session)
+        if isinstance(parsed, IndexObject):
+            record.add_index(info)
+            continue
         record.add(info)
         if isinstance(parsed, SessionMarker):
             record.has_marker = True
+    for record in records.values():
+        record.date_orphan_index()
     return sorted(records.values(), key=_order)
 
 

@@ -54,8 +54,9 @@ from runtime.server.index.schema import (
     META_SCHEMA_VERSION,
     SCHEMA_VERSION,
 )
-from runtime.server.index.shared import SharedIndexes, install_index, open_index_store
+from runtime.server.index.shared import SharedIndexes, install_index
 from runtime.storage.base import ObjectInfo, ObjectStore
+from runtime.storage.index_store import open_index_store
 from runtime.storage.layout import ClusterRef, KeyLayout
 from runtime.storage.session_keys import is_readable_event_file, parse_session_key, relative_key
 

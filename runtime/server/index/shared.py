@@ -25,7 +25,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -39,12 +39,11 @@ from runtime.server.index.schema import (
     SCHEMA_VERSION,
 )
 from runtime.storage.base import ObjectInfo, ObjectStore
-from runtime.storage.errors import ObjectNotFoundError, StorageConfigError, StorageError
+from runtime.storage.errors import ObjectNotFoundError, StorageError
 from runtime.storage.layout import ClusterRef, KeyLayout
 
 if TYPE_CHECKING:
     from runtime.server.metrics import ServerMetrics
-    from runtime.storage.config import StorageConfig
 
 logger = logging.getLogger(__name__)
 
@@ -332,22 +331,6 @@ class SharedIndexes:
         self.metrics.shared_uploads.labels("ok").inc()
         logger.info("published the shared index of %s (%d bytes)", session, size)
         return True
-
-
-def open_index_store(storage: StorageConfig, container: str | None, store: ObjectStore) -> ObjectStore:
-    """Where the shared indexes live: ``store`` itself, or on Azure the container
-    ``container`` of the same account (``--shared-index-container``)."""
-    if not container:
-        return store
-    if storage.backend != "azureblob":
-        raise StorageConfigError(
-            f"--shared-index-container={container}: only for --storage-backend=azureblob "
-            f"(on {storage.backend} the indexes live under history-index/ in the same bucket)"
-        )
-    from runtime.storage.azureblob import AzureBlobSettings, AzureBlobStore
-
-    settings = replace(AzureBlobSettings.from_source(storage.source), container=container)
-    return AzureBlobStore(settings, retry=store.retry)
 
 
 def install_index(tmp: Path, path: Path) -> None:
