@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from infra.policy.rules import RULES
 from tests.unit.infra.mocks import FAKE_KUBECONFIG, RecordedResource, RecordingMocks
 from tests.unit.infra.schema_validation import validate_k8s
 from tests.unit.infra.test_config import stack_values
@@ -127,3 +128,13 @@ def test_aks_container_and_grants_per_mode(mode: str) -> None:
         expected["history-maintainer-index-data"] = (CONTRIBUTOR, "ray-history-index")
     assert env["SHARED_INDEX"] == mode
     assert assignments == expected
+
+
+@pytest.mark.parametrize("stack", ["gke", "eks", "aks"])
+def test_the_policy_pack_accepts_a_write_stack(stack: str) -> None:
+    """The stack's policy pack (no wildcard IAM, private buckets, ...) accepts the write grants
+    (the cloud stacks: on kind the MinIO test server's own Deployment does not meet the pack's
+    non-root rule, whatever the mode)."""
+    mocks = _deploy(stack, "write")
+    violations = [(r.typ, m) for r in mocks.resources for _, _, rule in RULES for m in rule(r.typ, r.inputs)]
+    assert violations == []
