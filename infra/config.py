@@ -230,15 +230,14 @@ def _azure(s: _Section) -> AzureSettings:
         subscription_id=s.get("subscriptionId", str, ""),
         oidc_issuer_url=s.get("oidcIssuerUrl", str, ""),
         kubelet_object_id=s.get("kubeletObjectId", str, ""),
-        index_container=_container(s, "indexContainer", AzureSettings.index_container),
+        index_container=_index_container(s.get("indexContainer", str, AzureSettings.index_container)),
     )
 
 
-def _container(s: _Section, key: str, default: str) -> str:
-    name = s.get(key, str, default)
+def _index_container(name: str) -> str:
     if not _CONTAINER.match(name):
         raise ConfigError(
-            f"{_key('azure.' + key)} must be a blob container name: 3-63 lower-case letters, digits and single "
+            f"{_key('azure.indexContainer')} must be a blob container name: 3-63 lower-case letters, digits and single "
             f"'-', starting and ending with a letter or digit (got {name!r})"
         )
     return name
