@@ -17,7 +17,7 @@ from ray_history_pulumi.cloud_ingress import HistoryServerIngress, plan_ingress
 from ray_history_pulumi.contracts import SERVER_SERVICE_ACCOUNT, StorageWiring
 from ray_history_pulumi.pod_security import restricted_container_security, restricted_pod_security
 from ray_history_pulumi.server_access import REVIEW_RULES, ServerAccess
-from ray_history_pulumi.storage_common import shared_index_covers, validate_shared_index
+from ray_history_pulumi.storage_common import check_server_shared_index, server_shared_index_env
 from runtime.common.quantities import parse_quantity
 
 SERVICE_NAME = "historyserver"
@@ -127,33 +127,11 @@ class HistoryServerArgs:
             self.ingress.validate()
         if self.access is not None:
             self.access.validate()
-        self._validate_shared_index()
-
-    def _validate_shared_index(self) -> None:
-        mode, granted = self.shared_index_mode(), self.wiring.shared_index
-        validate_shared_index("shared_index", mode)
-        validate_shared_index("wiring.shared_index", granted)
-        if not shared_index_covers(granted, mode):
-            raise ValueError(
-                f"shared_index={mode!r}: the storage grants the server only {granted!r} on shared indexes; "
-                "give the storage component shared_index='write' (least privilege: only then may it write)"
-            )
-        if mode != "off" and self.wiring.backend == "azureblob" and self.wiring.index_container is None:
-            raise ValueError(
-                f"shared_index={mode!r}: the Azure storage has no shared-index container (its shared_index is 'off')"
-            )
+        check_server_shared_index(self.wiring, self.shared_index_mode())
 
     def shared_index_mode(self) -> str:
         """The server's ``--shared-index``: ``shared_index`` or what the storage grants."""
         return self.shared_index if self.shared_index is not None else self.wiring.shared_index
-
-    def shared_index_env(self) -> dict[str, pulumi.Input[str]]:
-        """``SHARED_INDEX`` and, on Azure, ``SHARED_INDEX_CONTAINER`` (the server's env for the flags)."""
-        mode = self.shared_index_mode()
-        env: dict[str, pulumi.Input[str]] = {"SHARED_INDEX": mode}
-        if mode != "off" and self.wiring.index_container is not None:
-            env["SHARED_INDEX_CONTAINER"] = self.wiring.index_container
-        return env
 
     def container_resources(self) -> dict[str, dict[str, str]]:
         """``resources`` plus ``ephemeral-storage`` (request = limit) for every local write of the pod."""
@@ -309,7 +287,7 @@ class HistoryServerK8s(pulumi.ComponentResource):
         env = pulumi.Output.all(
             pulumi.Output.from_input(args.wiring.env),
             pulumi.Output.from_input(args.wiring.server.env),
-            pulumi.Output.all(**args.shared_index_env()),
+            pulumi.Output.all(**server_shared_index_env(args.wiring, args.shared_index_mode())),
         ).apply(
             lambda parts: container_env(
                 {**dict(parts[0] or {}), **dict(parts[2])}, dict(parts[1] or {}), args.wiring.secret_env

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import pulumi
 
-from ray_history_pulumi.contracts import ServiceAccountRef
+from ray_history_pulumi.contracts import ServiceAccountRef, StorageWiring
 
 # Kubernetes object names (RFC 1123 labels for namespaces, subdomains for service accounts).
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -63,3 +63,27 @@ def storage_env(values: Mapping[str, pulumi.Input[str]], root_dir: str) -> pulum
     if root_dir:
         env["STORAGE_ROOT_DIR"] = root_dir.strip("/")
     return pulumi.Output.all(**env).apply(lambda resolved: {k: str(v) for k, v in resolved.items()})
+
+
+def check_server_shared_index(wiring: StorageWiring, mode: str) -> None:
+    """The server's ``--shared-index`` is a mode, and no more than the storage grants it."""
+    validate_shared_index("shared_index", mode)
+    validate_shared_index("wiring.shared_index", wiring.shared_index)
+    if not shared_index_covers(wiring.shared_index, mode):
+        raise ValueError(
+            f"shared_index={mode!r}: the storage grants the server only {wiring.shared_index!r} on shared indexes; "
+            "give the storage component shared_index='write' (least privilege: only then may it write)"
+        )
+    if mode != "off" and wiring.backend == "azureblob" and wiring.index_container is None:
+        raise ValueError(
+            f"shared_index={mode!r}: the Azure storage has no shared-index container (its shared_index is 'off')"
+        )
+
+
+def server_shared_index_env(wiring: StorageWiring, mode: str) -> dict[str, pulumi.Input[str]]:
+    """``SHARED_INDEX`` and, on Azure, ``SHARED_INDEX_CONTAINER``: the server's ``--shared-index``
+    and ``--shared-index-container`` as environment (an image without them ignores them)."""
+    env: dict[str, pulumi.Input[str]] = {"SHARED_INDEX": mode}
+    if mode != "off" and wiring.index_container is not None:
+        env["SHARED_INDEX_CONTAINER"] = wiring.index_container
+    return env
