@@ -3,7 +3,10 @@
 The history server's own Flask app runs in-process (live discovery off) and is
 asked through Flask's test client, so ``ray-history jobs`` over a bucket gives
 exactly what ``/api/jobs/`` of a server on that bucket would. Session indexes
-are kept in ``--cache-dir`` so the second query of a session is fast.
+are kept in ``--cache-dir`` so the second query of a session is fast, and a session
+a history server already indexed is downloaded from the bucket's shared indexes
+rather than rebuilt (read only: the CLI never writes there; on Azure
+``SHARED_INDEX_CONTAINER`` names their container, as for the server).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from runtime.storage.config import StorageConfig
 from runtime.storage.errors import StorageConfigError, StorageError
 
 CACHE_DIR_ENV = "RAY_HISTORY_CACHE_DIR"
+SHARED_INDEX_CONTAINER_ENV = "SHARED_INDEX_CONTAINER"
 
 
 def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -42,16 +46,26 @@ def storage_config(args: argparse.Namespace, env: Mapping[str, str] | None = Non
 class InProcessHistoryApi(HistoryApi):
     """The history server's app over ``storage``, asked through a test client."""
 
-    def __init__(self, storage: StorageConfig, cache_dir: Path) -> None:
+    def __init__(self, storage: StorageConfig, cache_dir: Path, env: Mapping[str, str] | None = None) -> None:
         from runtime.server.app import create_app
 
         try:
             cache_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"--cache-dir={cache_dir}: cannot create it ({exc.strerror})") from None
-        config = ServerConfig(storage=storage, cache_dir=cache_dir, kubernetes="off")
+        env = os.environ if env is None else env
+        container = env.get(SHARED_INDEX_CONTAINER_ENV, "").strip() or None
+        config = ServerConfig(
+            storage=storage,
+            cache_dir=cache_dir,
+            kubernetes="off",
+            shared_index="read",  # a CLI run never writes to the bucket
+            shared_index_container=container,
+        )
         try:
             self._app = create_app(config)
+        except StorageConfigError as exc:
+            raise UsageError(f"{SHARED_INDEX_CONTAINER_ENV}: {exc}") from None
         except StorageError as exc:
             raise CliError(f"storage is not usable: {exc}") from None
         services = app_services(self._app)
