@@ -19,6 +19,7 @@ from ray_history_pulumi.history_server import (
     HistoryServerK8s,
     quantity_bytes,
 )
+from runtime.server import settings as server_settings
 from runtime.server.main import build_parser
 from tests.unit.infra.mocks import RecordedResource, RecordingMocks
 from tests.unit.infra.schema_validation import validate_k8s
@@ -393,3 +394,16 @@ def test_gcs_and_s3_need_no_container() -> None:
 def test_bad_shared_index_names_the_parameter(wiring: StorageWiring, mode: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         HistoryServerArgs(image="img:1", wiring=wiring, shared_index=mode).validate()
+
+
+@pytest.mark.parametrize(("mode", "container"), [("write", "ray-history-index"), ("off", None)])
+def test_the_server_reads_the_shared_index_env_it_is_given(mode: str, container: str | None) -> None:
+    """The names the Deployment sets are the ones the server's own settings read, with its flags."""
+    args = HistoryServerArgs(image="img:1", wiring=dataclasses.replace(AZURE_WIRING, shared_index="write"))
+    args.shared_index = mode
+    env = _server_env(args)
+    local_build = Path(ray.__file__).parent / "dashboard" / "client" / "build"
+    argv = [f"--dashboard-dir={local_build}" if a.startswith("--dashboard-dir=") else a for a in args.server_args()]
+    parsed = build_parser().parse_args(argv)
+    assert server_settings.SHARED_INDEX.read(parsed, env) == mode
+    assert server_settings.SHARED_INDEX_CONTAINER.read(parsed, env) == container
