@@ -27,13 +27,15 @@ from runtime.server.index.cache import IndexCache
 from runtime.server.index.progress import PROGRESS_SUFFIX, read_progress
 from runtime.server.index.reader import SessionIndex
 from runtime.server.index.summary import NotCurrentError, read_summary
-from runtime.storage.layout import ClusterRef
+from runtime.server.sessions import StoredSession
 
 logger = logging.getLogger(__name__)
 
 _EXTENSION = "historyserver.summaries"
 #: Summaries kept per process (a few hundred bytes each).
 MAX_ENTRIES = 20_000
+#: Index file names remembered per process (about 150 bytes each).
+MAX_NAMES = 400_000
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,11 @@ class Summaries:
         self.max_entries = max_entries
         self._lock = threading.Lock()
         self._cache: OrderedDict[Path, tuple[int, int, dict[str, Any]]] = OrderedDict()
+        # An index's name is a digest of the session's key prefix: remembered, so a
+        # "failed only" page over 100,000 sessions is set lookups, not digests.
+        # Keyed by id() (the listing reuses its session objects; the object is kept
+        # beside its name so an id is never taken for a later object's).
+        self._names: dict[int, tuple[StoredSession, str]] = {}
 
     def present(self) -> frozenset[str]:
         """The file names in the cache directory now (indexes and progress files)."""
@@ -63,10 +70,21 @@ class Summaries:
             logger.warning("cannot list the index cache directory: %s", exc)
             return frozenset()
 
-    def state(self, cluster: ClusterRef, session: str, present: frozenset[str]) -> SessionState:
-        path = self.indexes.path_for(cluster, session)
-        if path.name not in present:
-            if path.name + PROGRESS_SUFFIX in present:
+    def index_name(self, stored: StoredSession) -> str:
+        found = self._names.get(id(stored))
+        if found is not None and found[0] is stored:
+            return found[1]
+        if len(self._names) >= MAX_NAMES:
+            self._names.clear()  # sessions come and go: start again rather than grow
+        name = self.indexes.path_for(stored.cluster, stored.session).name
+        self._names[id(stored)] = (stored, name)
+        return name
+
+    def state(self, stored: StoredSession, present: frozenset[str]) -> SessionState:
+        name = self.index_name(stored)
+        path = self.indexes.dir / name
+        if name not in present:
+            if name + PROGRESS_SUFFIX in present:
                 progress = read_progress(path)
                 return SessionState(None, None if progress is None else progress.as_json())
             return NOT_INDEXED

@@ -128,6 +128,16 @@ def _wanted(entry: dict[str, Any], query: ListQuery) -> bool:
     return not query.name or query.name in (entry["name"], entry.get("ownerName"))
 
 
+def _stored_wanted(cluster: ClusterRef, query: ListQuery) -> bool:
+    """:func:`_wanted` on a stored session, before its entry is built (most are not)."""
+    if query.namespace and cluster.namespace != query.namespace:
+        return False
+    owner_name = cluster.owner_name if cluster.has_owner else None
+    if query.owner and not owner_matches(query.owner, cluster.owner_kind, owner_name):
+        return False
+    return not query.name or query.name in (cluster.name, owner_name)
+
+
 def _in_time(moment: datetime, query: ListQuery) -> bool:
     return (query.since is None or moment >= query.since) and (query.until is None or moment <= query.until)
 
@@ -199,12 +209,13 @@ def list_clusters() -> Response:
         candidate = stored[position]
         if query.since is not None and candidate.created_at < query.since:
             break  # newest first: every later one is older still
-        if not _in_time(candidate.created_at, query):
+        if query.failed and summaries.index_name(candidate) not in present:
+            continue  # not indexed: cannot be judged, so not listed as failed
+        if not _in_time(candidate.created_at, query) or not _stored_wanted(candidate.cluster, query):
             continue
-        entry = stored_entry(candidate)
-        if not _wanted(entry, query) or not readable(entry["namespace"]):
+        if not readable(candidate.cluster.namespace):
             continue
-        state = summaries.state(candidate.cluster, candidate.session, present)
+        state = summaries.state(candidate, present)
         if query.failed and not (state.summary and state.summary["failed"]):
             continue
         if len(page) == limit:
@@ -212,6 +223,7 @@ def list_clusters() -> Response:
             headers["X-Next-Cursor"] = cursor
             headers["Link"] = _next_link(cursor)
             break
+        entry = stored_entry(candidate)
         entry["indexed"] = state.summary is not None
         entry["summary"] = state.summary
         if state.indexing is not None:
