@@ -69,25 +69,27 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
     try:
-        collector.run(stop)
+        report = collector.run(stop)
     except OSError as exc:  # e.g. the events port is taken
         logger.error("collector cannot start: %s", exc)
         return 1
     finally:
         store.close()
-    return exit_leaving_blocked_threads(0)
+    return exit_leaving_blocked_threads(0, work_left=not (report.events_uploaded and report.logs_shipped))
 
 
-def exit_leaving_blocked_threads(code: int) -> int:
-    """Return ``code``, or end the process with it at once if a non-daemon thread is
-    still running: after the shutdown deadline that is an upload blocked on storage
-    (a connect or read timeout of a minute when storage is unreachable), and the
-    interpreter would wait for it, past the pod's grace period. What it was uploading
-    is still on local disk: the next collector uploads it."""
-    blocked = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
-    if not blocked:
+def exit_leaving_blocked_threads(code: int, *, work_left: bool) -> int:
+    """Return ``code``, or end the process with it at once when the shutdown left work
+    behind or a non-daemon thread still runs. Either means an upload may be blocked
+    on storage (a connect or read timeout of a minute when it is unreachable), and the
+    interpreter would wait for it at exit, past the pod's grace period: it joins every
+    thread-pool worker, daemon or not. What such an upload carried is still on local
+    disk: the next collector uploads it."""
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    blocking = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if not work_left and not blocking:
         return code
-    logger.warning("exiting with %d upload thread(s) still blocked on storage: %s", len(blocked), blocked)
+    logger.warning("exiting now, leaving %d thread(s) behind: %s", len(others), others)
     logging.shutdown()  # flushes the handlers: os._exit skips that
     sys.stdout.flush()
     sys.stderr.flush()

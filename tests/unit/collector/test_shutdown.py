@@ -104,30 +104,40 @@ def test_sigterm_with_storage_hanging_ends_within_the_deadline_and_keeps_the_spo
     assert len(stored) == 1 and stored[0].read_bytes().count(b"\n") == len(orjson.loads(batch))
 
 
-def test_exit_leaves_a_thread_blocked_on_storage_behind() -> None:
-    """A non-daemon thread still blocked after the shutdown (an upload waiting out a
-    one-minute read timeout) does not keep the process alive; the log is flushed."""
+def run_exit(body: str) -> subprocess.CompletedProcess[str]:
     script = (
-        "import logging, sys, threading\n"
+        "import concurrent.futures, logging, sys, threading, time\n"
         "from runtime.collector.main import exit_leaving_blocked_threads\n"
         "logging.basicConfig(stream=sys.stderr, level=logging.INFO)\n"
-        "threading.Thread(target=threading.Event().wait, name='upload-0').start()\n"
-        "print('shipped', flush=False)\n"
-        "sys.exit(exit_leaving_blocked_threads(0))\n"
+        "print('shipped', flush=False)\n" + body
     )
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_exit_leaves_an_upload_blocked_on_storage_behind() -> None:
+    """As the log shipper does: a daemon thread submits an upload to a thread pool (its
+    worker is a daemon too, yet the interpreter joins it at exit); the upload hangs."""
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    done = run_exit(
+        "pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='log-upload')\n"
+        "submitter = threading.Thread(target=pool.submit, args=(threading.Event().wait,), daemon=True)\n"
+        "submitter.start(); submitter.join(); pool.shutdown(wait=False, cancel_futures=True)\n"
+        "sys.exit(exit_leaving_blocked_threads(0, work_left=True))\n"
+    )
     assert done.returncode == 0, done.stderr
     assert time.monotonic() - started < 30
-    assert done.stdout == "shipped\n"
-    assert "1 upload thread(s) still blocked on storage: ['upload-0']" in done.stderr
+    assert done.stdout == "shipped\n", "stdout not flushed"
+    assert "exiting now, leaving 1 thread(s) behind: ['log-upload_0']" in done.stderr, done.stderr
 
 
-def test_exit_returns_the_code_when_no_thread_is_left() -> None:
-    script = (
-        "import sys\n"
-        "from runtime.collector.main import exit_leaving_blocked_threads\n"
-        "sys.exit(exit_leaving_blocked_threads(3))\n"
+def test_exit_leaves_a_non_daemon_thread_behind() -> None:
+    done = run_exit(
+        "threading.Thread(target=threading.Event().wait, name='shutdown_0').start()\n"
+        "sys.exit(exit_leaving_blocked_threads(4, work_left=False))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 3 and done.stderr == "", done.stderr
+    assert done.returncode == 4 and "['shutdown_0']" in done.stderr, done.stderr
+
+
+def test_exit_returns_the_code_when_all_is_done() -> None:
+    done = run_exit("sys.exit(exit_leaving_blocked_threads(3, work_left=False))\n")
+    assert done.returncode == 3 and done.stdout == "shipped\n" and done.stderr == "", done.stderr
