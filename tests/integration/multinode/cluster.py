@@ -4,7 +4,8 @@ Per node, as in a KubeRay pod: ``ray start`` (head or worker) with its own temp
 root, the collector configured only by the environment KubeRay >= 1.7 injects into
 the sidecar (``POD_IP``, ``FQ_RAY_IP``, ``RAY_ROLE``, ...), and between them the
 test's recorder (``recorder.py``), which notes every batch the collector answered.
-Both collectors write to one local storage directory; the history server reads it.
+Both collectors write to one local storage directory (or to the storage the test
+gives, e.g. ``storage_host.py``); the history server reads it.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class Node:
     cluster: ClusterRef
     bucket: Path
     resources: dict[str, float]
+    storage_env: dict[str, str] | None = None  # None: the local directory ``bucket``
     tmp_root: Path = field(init=False)
     ray: NsProcess | None = None
     collector: NsProcess | None = None
@@ -81,8 +83,7 @@ class Node:
             "EVENTS_PORT": str(EVENTS_PORT),
             "RAY_DASHBOARD_ADDRESS": f"http://{'localhost' if self.role == 'head' else HEAD_IP}:{DASHBOARD_PORT}",
             "RAY_TMP_ROOT": str(self.tmp_root),
-            "STORAGE_BACKEND": "local",
-            "LOCAL_STORAGE_DIR": str(self.bucket),
+            **(self.storage_env or {"STORAGE_BACKEND": "local", "LOCAL_STORAGE_DIR": str(self.bucket)}),
             "STORAGE_CREATE_BUCKET": "true",
             "STORAGE_ROOT_DIR": ROOT_DIR,
             "RAY_COLLECTOR_POLL_INTERVAL": "2s",
@@ -91,11 +92,17 @@ class Node:
             "LOG_LEVEL": "INFO",
         }
 
-    def start_collector(self) -> None:
+    def start_collector(self, *, recorder: bool = True) -> None:
+        """The collector and (unless it still runs, ``recorder=False``) the recorder in front of it."""
         self.collector = NsProcess(
             self.ns, [sys.executable, "-m", "runtime.collector.main"], self.collector_env(),
             self.workdir / f"{self.role}-collector.log",
         ).start()  # fmt: skip
+        if not recorder:
+            wait_until(
+                partial(_listening, self.ns, EVENTS_PORT, self.collector), 60, f"port {EVENTS_PORT} in {self.ns}"
+            )
+            return
         self.recorder = NsProcess(
             self.ns,
             [sys.executable, "-m", "tests.integration.multinode.recorder", str(RECORDER_PORT), str(EVENTS_PORT),
@@ -164,14 +171,19 @@ class TwoNodeCluster:
     """Head and worker "pods" on the topology's bridge; the dashboard reachable from the
     test process through a tunnel."""
 
-    def __init__(self, topology: Topology, workdir: Path, bucket: Path, cluster: ClusterRef) -> None:
+    def __init__(
+        self, topology: Topology, workdir: Path, bucket: Path, cluster: ClusterRef,
+        storage_env: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self.topology = topology
         self.workdir = workdir
         self.bucket = bucket
         self.cluster = cluster
         self.layout = KeyLayout(ROOT_DIR)
-        self.head = Node("head", topology.head, HEAD_IP, workdir, cluster, bucket, {"head_node": 100})
-        self.worker = Node("worker", topology.worker, WORKER_IP, workdir, cluster, bucket, {"worker_node": 100})
+        self.head = Node("head", topology.head, HEAD_IP, workdir, cluster, bucket, {"head_node": 100}, storage_env)
+        self.worker = Node(
+            "worker", topology.worker, WORKER_IP, workdir, cluster, bucket, {"worker_node": 100}, storage_env
+        )
         self.dashboard: Tunnel | None = None
 
     @property
