@@ -24,10 +24,16 @@ def session_ended(
     stored: Iterable[tuple[ClusterKey, datetime]],
     live: Collection[ClusterKey] | None,
 ) -> bool:
-    """``stored``: (cluster, creation time) of every stored session; ``live``: the
-    live clusters, or None when they could not be listed."""
+    """``stored``: (cluster, creation time) of the stored sessions, newest first (it
+    is read only down to this session's time); ``live``: the live clusters, or None
+    when they could not be listed."""
     if live is not None and cluster not in live:
         return True
     if created_at is None:  # not a Ray session name: no "newer" can be told
         return False
-    return any(key == cluster and when > created_at for key, when in stored)
+    for key, when in stored:
+        if when <= created_at:
+            return False
+        if key == cluster:
+            return True
+    return False

@@ -35,12 +35,14 @@ def _ended(ctx: SessionContext) -> bool:
     cluster = (ctx.cluster.namespace, ctx.cluster.name)
     listing = ctx.services.live.list_clusters()
     live = {(c.namespace, c.name) for c in listing.clusters} if listing.available else None
+    created = session_created_at(ctx.session)
     try:
-        stored = [((s.cluster.namespace, s.cluster.name), s.created_at) for s in stored_sessions().current()]
+        sessions = stored_sessions().current() if created is not None else []
     except StorageError as exc:
         logger.warning("cannot list stored sessions to tell whether %s ended: %s", ctx.session, exc)
-        stored = []
-    return session_ended(cluster, session_created_at(ctx.session), stored, live)
+        sessions = []
+    newer = (((s.cluster.namespace, s.cluster.name), s.created_at) for s in sessions)  # newest first, lazily
+    return session_ended(cluster, created, newer, live)
 
 
 # --------------------------------------------------------------------- actors

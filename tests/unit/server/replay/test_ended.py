@@ -156,7 +156,9 @@ def test_a_cluster_gone_from_live_discovery_has_ended() -> None:
 
 
 def test_a_session_that_may_be_running_is_untouched() -> None:
-    only = [(CLUSTER, CREATED), (("default", "other"), NEWER), (("team", "gone-cluster"), NEWER)]
+    # Newest first, as stored sessions are listed: newer ones of other clusters, an older one of this.
+    older = datetime(2026, 11, 21, tzinfo=UTC)
+    only = [(("default", "other"), NEWER), (("team", "gone-cluster"), NEWER), (CLUSTER, CREATED), (CLUSTER, older)]
     assert not session_ended(CLUSTER, CREATED, only, live={CLUSTER})  # live: running
     assert not session_ended(CLUSTER, CREATED, only, live=None)  # liveness unknown: may be running
     assert not session_ended(CLUSTER, None, only, live=None)
