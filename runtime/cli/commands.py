@@ -8,6 +8,7 @@ from typing import Any
 
 from runtime.cli import render
 from runtime.cli.api import HistoryApi, check_status, error_message
+from runtime.cli.cluster_flags import list_params
 from runtime.cli.errors import CliError, UsageError
 from runtime.cli.filters import filter_params
 from runtime.cli.target import enter
@@ -27,6 +28,7 @@ def _state_result(answer: Any, path: str) -> Any:
 
 def clusters(api: HistoryApi, args: argparse.Namespace) -> int:
     params = [(k, v) for k, v in (("namespace", args.namespace), ("name", args.name)) if v]
+    params += list_params(args)
     entries = api.get_json("/clusters", params)
     if args.json:
         render.print_json(entries)

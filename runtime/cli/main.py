@@ -28,6 +28,7 @@ from typing import TypeAlias
 
 from runtime.cli import gc
 from runtime.cli.api import HistoryApi
+from runtime.cli.cluster_flags import add_list_filters
 from runtime.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, CliError, UsageError
 from runtime.cli.filters import parse_filter
 from runtime.cli.target import add_target_arguments, namespace
@@ -184,6 +185,7 @@ def _add_query_commands(subparsers: Subparsers) -> None:
     _add_source(p)
     p.add_argument("-n", "--namespace", type=namespace, help="only this namespace")
     p.add_argument("--name", help="only this cluster (or RayJob/RayService) name")
+    add_list_filters(p)
     p.set_defaults(handler=_query("clusters"))
 
     p = subparsers.add_parser("jobs", help="a session's jobs and their statuses")

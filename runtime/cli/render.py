@@ -73,10 +73,15 @@ def _table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[st
     return table
 
 
+def _jobs_by_status(jobs: Mapping[str, int]) -> str:
+    return " ".join(f"{styled(status or 'UNKNOWN')}:{count}" for status, count in jobs.items())
+
+
 def clusters_table(entries: Sequence[Mapping[str, Any]]) -> Table:
     rows = []
     for entry in entries:
         owner = f"{entry['ownerKind']}/{entry['ownerName']}" if entry.get("ownerName") else ""
+        summary = entry.get("summary") or {}  # none: live, or not indexed yet
         rows.append(
             [
                 text(entry.get("namespace")),
@@ -84,9 +89,13 @@ def clusters_table(entries: Sequence[Mapping[str, Any]]) -> Table:
                 text(owner),
                 styled("RUNNING") if entry.get("sessionName") == "live" else text(entry.get("sessionName")),
                 text(entry.get("createTime")),
+                duration(summary.get("start"), summary.get("end")),
+                _jobs_by_status(summary.get("jobs") or {}),
+                text(summary.get("failedTasks")),
             ]
         )
-    return _table(None, ["NAMESPACE", "CLUSTER", "OWNER", "SESSION", "CREATED"], rows, f"{len(entries)} session(s)")
+    columns = ["NAMESPACE", "CLUSTER", "OWNER", "SESSION", "CREATED", "DURATION", "JOBS", "FAILED TASKS"]
+    return _table(None, columns, rows, f"{len(entries)} session(s)")
 
 
 def jobs_table(jobs: Sequence[Mapping[str, Any]], where: str) -> Table:
