@@ -19,6 +19,7 @@ from runtime.server.index.cache import IndexCache
 from runtime.server.live.directory import kubernetes_mode, live_directory_from_config
 from runtime.server.live.discovery import LiveDirectory
 from runtime.server.metrics import ServerMetrics
+from runtime.server.session_scope import install as install_session_urls
 from runtime.storage.base import ObjectStore
 from runtime.storage.config import open_store
 
@@ -56,6 +57,7 @@ def create_app(
     register_request_guards(app, config.allowed_hosts)
     # Before the blueprints' own hooks: nothing runs for a caller who may not read.
     install_access_control(app, access if access is not None else access_control_from_config(config))
+    install_session_urls(app)  # right after: a /sessions/... path's namespace is authorized first
     _register_blueprints(app)
     _instrument(app, metrics)
     return app

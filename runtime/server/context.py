@@ -1,7 +1,8 @@
 """Per-app services and the per-request session context.
 
 ``create_app`` puts one :class:`Services` in ``app.extensions``; Dashboard views are
-wrapped by :func:`session_route`, which reads the selection cookies, proxies live
+wrapped by :func:`session_route`, which reads the selection (cookies or a
+``/sessions/...`` path), proxies live
 clusters, and hands stored sessions to the view as a :class:`SessionContext` whose
 index is opened (built on first use) lazily.
 """
@@ -17,7 +18,7 @@ from flask import Flask, Response, current_app, g, request
 
 from runtime.server.config import ServerConfig
 from runtime.server.live.proxy import proxy_request
-from runtime.server.selection import Selection, selection_from_request, set_selection_cookies
+from runtime.server.selection import Selection, refresh_selection_cookies, selection_from_request
 from runtime.storage.base import ObjectStore
 from runtime.storage.layout import ClusterRef, KeyLayout
 
@@ -55,7 +56,7 @@ def services() -> Services:
 
 @dataclass
 class SessionContext:
-    """A stored session selected by the request's cookies."""
+    """A stored session selected by the request (cookies or path)."""
 
     selection: Selection
     services: Services
@@ -98,9 +99,9 @@ View = Callable[..., Response]
 
 
 def session_route(view: Callable[..., Response]) -> View:
-    """Wrap a Dashboard view: cookies -> live proxy or ``view(ctx, **kwargs)``.
+    """Wrap a Dashboard view: selection -> live proxy or ``view(ctx, **kwargs)``.
 
-    The selection cookies are refreshed on every answer (sliding expiry).
+    The selection cookies are refreshed on every cookie-flow answer (sliding expiry).
     """
 
     @functools.wraps(view)
@@ -118,7 +119,7 @@ def session_route(view: Callable[..., Response]) -> View:
                 response = view(ctx, **kwargs)
             finally:
                 ctx.close()
-        set_selection_cookies(response, selection, secure=svc.config.secure_cookies)
+        refresh_selection_cookies(request, response, selection, secure=svc.config.secure_cookies)
         return response
 
     return wrapper

@@ -1,7 +1,8 @@
 """Which cluster session a browser is looking at: the five cookies of
-KubeRay's Go history server ("the reference" below).
+KubeRay's Go history server ("the reference" below), or the session in a
+``/sessions/...`` URL (:mod:`runtime.server.session_scope`), which wins over them.
 
-``/enter_cluster`` sets them; every Dashboard route reads them. Values are checked
+``/enter_cluster`` sets the cookies; every Dashboard route reads the selection here. Values are checked
 against whitelists (DNS-1123 names, safe session names), never just for ``..``,
 and the cookies are ``HttpOnly`` and ``SameSite=Lax`` (the reference sets neither).
 """
@@ -31,6 +32,8 @@ COOKIE_SESSION = "session_name"
 COOKIE_OWNER_KIND = "owner_kind"
 COOKIE_OWNER_NAME = "owner_name"
 COOKIE_NAMES = (COOKIE_CLUSTER, COOKIE_NAMESPACE, COOKIE_SESSION, COOKIE_OWNER_KIND, COOKIE_OWNER_NAME)
+#: Where :mod:`runtime.server.session_scope` leaves the selection a ``/sessions/...`` path made.
+PATH_SELECTION = "historyserver.path_selection"
 #: Sliding expiry, refreshed on every Dashboard request (as the reference).
 COOKIE_MAX_AGE = 600
 
@@ -66,8 +69,23 @@ class Selection:
         return ClusterRef(self.namespace, self.name, self.owner_kind, self.owner_name)
 
 
+def path_selection(request: Request) -> Selection | None:
+    """The selection of a ``/sessions/...`` URL, None for the cookie flow."""
+    found = request.environ.get(PATH_SELECTION)
+    return found if isinstance(found, Selection) else None
+
+
+def has_selection(request: Request) -> bool:
+    """Whether the request selects a session (by path, or by the session cookie)."""
+    return path_selection(request) is not None or bool(request.cookies.get(COOKIE_SESSION))
+
+
 def selection_from_request(request: Request) -> Selection:
-    """The selection in the request's cookies; 400 naming the cookie otherwise."""
+    """The selection of a ``/sessions/...`` path, else the one in the request's cookies;
+    400 naming the cookie otherwise."""
+    by_path = path_selection(request)
+    if by_path is not None:
+        return by_path
     cookies = request.cookies
     for name, label in (
         (COOKIE_CLUSTER, "Cluster"),
@@ -89,6 +107,13 @@ def selection_from_request(request: Request) -> Selection:
         )
     except InvalidKeyError as exc:
         raise ApiError(400, f"invalid cookie values: {exc}") from exc
+
+
+def refresh_selection_cookies(request: Request, response: Response, selection: Selection, *, secure: bool) -> None:
+    """Refresh the cookies (sliding expiry) on a cookie-flow answer; a ``/sessions/...``
+    answer sets none (its selection is in its URL)."""
+    if path_selection(request) is None:
+        set_selection_cookies(response, selection, secure=secure)
 
 
 def set_selection_cookies(response: Response, selection: Selection, *, secure: bool = False) -> None:

@@ -13,8 +13,8 @@ name (``session_...``), so ``/sessions/ns/rayjob/x/session_.../`` is the owner f
 
 The Dashboard's own requests are relative (``api/jobs/``, ``static/js/...``), so every
 call a page under such a URL makes carries the session in its path. This module holds
-the URL functions (pure: the picker and the CLI use them) and the WSGI/Flask mechanism
-that answers those paths with the views the cookie flow uses (:func:`install`).
+the URL functions (pure: the picker, ``/enter_cluster`` and the quickstart use them);
+:mod:`runtime.server.session_scope` answers those paths.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from runtime.server.errors import ApiError
+from runtime.server.selection import LATEST, LIVE
 from runtime.storage.errors import InvalidKeyError
 from runtime.storage.layout import (
     OWNER_KINDS,
@@ -36,8 +37,6 @@ from runtime.storage.layout import (
 from runtime.storage.session_keys import looks_like_session_name
 
 PREFIX = "/sessions/"
-LATEST = "latest"
-LIVE = "live"
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,7 @@ def parse_session_path(path: str) -> tuple[SessionTarget, str]:
     Raises:
         ApiError: 400 naming the bad segment.
     """
-    if not path.startswith(PREFIX):
+    if not (path + "/").startswith(PREFIX):
         raise ApiError(400, f"not a session URL: must start with {PREFIX}")
     segments = path[len(PREFIX) :].split("/")
     if len(segments) >= 4 and segments[1].lower() in OWNER_KINDS and is_session_segment(segments[3]):

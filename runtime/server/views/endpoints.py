@@ -18,7 +18,7 @@ from flask import Blueprint, Response, request
 
 from runtime.server.context import SessionContext, session_route
 from runtime.server.errors import ApiError, json_response
-from runtime.server.selection import COOKIE_SESSION
+from runtime.server.selection import has_selection
 from runtime.storage.errors import InvalidKeyError, ObjectNotFoundError
 from runtime.storage.layout import endpoint_storage_name
 
@@ -88,7 +88,7 @@ def stored_endpoint(rest: str) -> Response:
     """Without a selected session this route owns nothing: 404, so that ``ray start
     --proxy-server-url`` answers ``/api/version`` & co. itself (it falls back on 404
     only; a 400 "cookie not found" would break Ray's own routes)."""
-    if not request.cookies.get(COOKIE_SESSION):
+    if not has_selection(request):
         raise ApiError(404, NOT_FOUND)
     return _stored_endpoint(rest=rest)
 

@@ -28,7 +28,7 @@ from runtime.server.auth import no_namespace_data
 from runtime.server.context import services
 from runtime.server.errors import ApiError, json_error
 from runtime.server.live.proxy import METHODS, proxy_request
-from runtime.server.selection import COOKIE_SESSION, selection_from_request, set_selection_cookies
+from runtime.server.selection import has_selection, refresh_selection_cookies, selection_from_request
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def index() -> BaseResponse:
     build = dashboard_build(current_app)
     if build is None:
         return json_error(404, MISSING_HINT)
-    if not request.cookies.get(COOKIE_SESSION) and _has_route(current_app, "/select_cluster"):
+    if not has_selection(request) and _has_route(current_app, "/select_cluster"):
         # Nothing selected yet: every Dashboard call would fail with "Cookie not
         # found". Relative, so the UI keeps working under a path prefix.
         response = redirect("select_cluster", code=302)
@@ -130,13 +130,13 @@ def fallback(path: str) -> Response:
                 response = send_from_directory(build, path, max_age=SHORT)
                 return _security_headers(response)
     try:
-        selection = selection_from_request(request) if request.cookies.get(COOKIE_SESSION) else None
+        selection = selection_from_request(request) if has_selection(request) else None
     except ApiError:
         selection = None  # a broken cookie must not turn a plain 404 into a 400
     if selection is not None and selection.is_live:
         svc = services()
         response = proxy_request(selection, request, live=svc.live, config=svc.config, outcomes=svc.metrics.proxied)
-        set_selection_cookies(response, selection, secure=svc.config.secure_cookies)
+        refresh_selection_cookies(request, response, selection, secure=svc.config.secure_cookies)
         return response
     if selection is not None:
         msg = f"/{path} is not available for stored sessions (only for live clusters)"
