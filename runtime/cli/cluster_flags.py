@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from runtime.server.cluster_list import ListParamError, parse_time
-
 
 def _time_flag(flag: str) -> Callable[[str], str]:
     def check(value: str) -> str:
+        # Imported when used: `ray-history gc` runs where runtime.server must not load.
+        from runtime.server.cluster_list import ListParamError, parse_time
+
         try:
             parse_time(value, flag)
         except ListParamError as exc:
