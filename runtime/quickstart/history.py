@@ -10,6 +10,8 @@ import requests
 
 from runtime.quickstart.errors import QuickstartError
 from runtime.quickstart.processes import ManagedProcess
+from runtime.server.session_urls import session_path
+from runtime.storage.layout import ClusterRef
 
 
 class HistoryError(QuickstartError):
@@ -33,6 +35,11 @@ def wait_until_ready(url: str, server: ManagedProcess, timeout: float = 60.0) ->
 
 def enter_path(namespace: str, cluster: str, session: str) -> str:
     return f"/enter_cluster/{namespace}/raycluster/{cluster}/{session}"
+
+
+def session_url_path(namespace: str, cluster: str, session: str) -> str:
+    """The session's shareable Dashboard path (no cookies needed; deep links work)."""
+    return session_path(ClusterRef(namespace, cluster), session)
 
 
 def enter_session(url: str, namespace: str, cluster: str, session: str) -> requests.Session:

@@ -233,16 +233,17 @@ class Quickstart:
         say()
         say(f"Done in {self.progress.elapsed():.0f} s. The Ray cluster is gone; its Dashboard is served from storage.")
         say()
-        say(f"  Open the Dashboard:    {base}{history.enter_path(opts.namespace, opts.cluster_name, session)}")
-        say(f"  Pick any session:      {base}/select_cluster   (click Open on {opts.cluster_name} / {session})")
-        say("  Then, in the same browser (the session is remembered in cookies):")
-        say(f"  Ray Dashboard:         {base}/#/overview")
+        dashboard = base + history.session_url_path(opts.namespace, opts.cluster_name, session)
+        # Session URLs: the session is in the path, so each link works in any browser or tab.
+        say(f"  Open the Dashboard:    {dashboard}#/overview")
         if job.job_id:
-            say(f"  The failed job:        {base}/#/jobs/{job.job_id}")
+            say(f"  The failed job:        {dashboard}#/jobs/{job.job_id}")
         if failed_task is not None and job.job_id:
-            say(f"  The failed task:       {base}/#/jobs/{job.job_id}/tasks/{failed_task['task_id']}")
+            say(f"  The failed task:       {dashboard}#/jobs/{job.job_id}/tasks/{failed_task['task_id']}")
             error = workload.short_error(str(failed_task.get("error_message") or ""))
             say(f"                         {failed_task.get('name')}: {error}")
+        say(f"  Pick any session:      {base}/select_cluster   (click Open on {opts.cluster_name} / {session})")
+        say(f"  Ray Dashboard:         {base}/#/overview   (the session picked last in this browser)")
         say()
 
     def _serve_until_stopped(self) -> None:
