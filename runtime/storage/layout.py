@@ -11,7 +11,8 @@ implementation is readable by the other::
     P/{session}/{node}/node_events/{node}-{YYYY-MM-DD-HH}-{nanos}.jsonl[.gz]
     P/{session}/{node}/job_events/{job}/{node}-{YYYY-MM-DD-HH}-{nanos}.jsonl[.gz]
     P/{session}/fetched_endpoints/restful__{path with / -> __, query kept}
-    {root}/history-index/{kind}/{ns}/[{owner}/]{cluster}/{session}/{version}/{fingerprint}.sqlite  (+ .manifest.json)
+    {root}/history-index/{kind}/{ns}/[{owner}/]{cluster}/{session}/{version}/{fingerprint}.sqlite.zst
+    {root}/history-index/{kind}/{ns}/[{owner}/]{cluster}/{session}/{version}/{fingerprint}.manifest.json
 
 ``history-index/`` holds the history server's shared session indexes (ours only: KubeRay's
 Go server lists ``cluster-metadata/`` and ``cluster-history/`` and never looks there).
@@ -35,7 +36,7 @@ from runtime.storage.ids import InvalidIdError, to_hex_id
 CLUSTER_HISTORY = "cluster-history"
 CLUSTER_METADATA = "cluster-metadata"
 INDEX_DIR = "history-index"
-INDEX_DATA_SUFFIX = ".sqlite"
+INDEX_DATA_SUFFIX = ".sqlite.zst"
 INDEX_MANIFEST_SUFFIX = ".manifest.json"
 LOGS_DIR = "logs"
 NODE_EVENTS_DIR = "node_events"

@@ -2,16 +2,20 @@
 ``ray-history`` run instead of rebuilt (issue #18 item 4).
 
 An index lives in the bucket under ``{root}/history-index/`` (keys from
-:meth:`~runtime.storage.layout.KeyLayout.index_keys`), next to a JSON manifest written
-*after* it: sha256, size, share format, schema version, the events fingerprint it was
-built from and the builder's version. A reader fetches the manifest, checks it, streams
-the data to a temp file in the cache directory while hashing it, and serves it only if
-every check passed; anything else (absent, foreign, corrupt, truncated) means a local
-build. ``--shared-index``: ``read`` (the default) never writes; ``write`` also uploads
-after a build, in a thread of its own, and a refused upload is logged and counted only.
+:meth:`~runtime.storage.layout.KeyLayout.index_keys`), zstd-compressed (a SQLite index
+shrinks about 14 times, so a download moves a fourteenth of the bytes; figures in
+``bench/server_shared_index.py``), next to a JSON manifest written *after* it
+(:mod:`.shared_manifest`). A reader fetches the manifest and checks it, streams the
+object with parallel ranged reads, hashing it in order and decompressing it into a temp
+file in the cache directory, and serves it only if every check passed (sha256 and size
+of the object, zstd's content checksum, the decompressed size, the file's own
+``meta``); anything else (absent, foreign, corrupt, truncated) means a local build.
 
-Writing needs a grant on the index prefix only (or, on Azure, a separate container:
-``--shared-index-container``); an identity that only reads sessions keeps working.
+``--shared-index``: ``read`` (the default) never writes; ``write`` also uploads after a
+build, in a thread of its own, and a refused upload is logged once per session and
+counted, nothing more. Writing needs a grant on the index prefix only (on Azure, on a
+separate container: ``--shared-index-container``); an identity that only reads
+sessions keeps working.
 """
 
 from __future__ import annotations
@@ -20,23 +24,29 @@ import contextlib
 import hashlib
 import logging
 import os
-import sqlite3
+import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import IO, TYPE_CHECKING, BinaryIO, cast
 
-import orjson
+import zstandard
 
 from runtime import __version__
-from runtime.server.index.schema import (
-    META_EVENTS_FINGERPRINT,
-    META_OBJECTS_FINGERPRINT,
-    META_SCHEMA_VERSION,
-    SCHEMA_VERSION,
+from runtime.server.index.schema import META_OBJECTS_FINGERPRINT, SCHEMA_VERSION
+from runtime.server.index.shared_manifest import (
+    COMPRESSION,
+    MAX_MANIFEST_BYTES,
+    SHARE_FORMAT,
+    Manifest,
+    ManifestError,
+    download_problem,
+    index_file_problem,
+    index_version,
+    manifest_problem,
+    read_meta,
 )
 from runtime.storage.base import ObjectInfo, ObjectStore
 from runtime.storage.errors import ObjectNotFoundError, StorageError
@@ -48,111 +58,40 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MODES = ("off", "read", "write")
-#: The layout of the shared objects themselves (manifest fields, raw SQLite data);
-#: bumped when they change, independently of the index schema.
-SHARE_FORMAT = 1
-#: Ranged reads in flight while downloading, and their size: the emulators and the
-#: clouds serve one connection at a fraction of what several give.
+#: Ranged reads in flight while downloading, and their size: one connection gets a
+#: fraction of what several do, from the emulators and the clouds alike.
 DOWNLOAD_THREADS = 4
-DOWNLOAD_CHUNK = 16 * 1024 * 1024
-HASH_CHUNK = 8 * 1024 * 1024
-#: A manifest is a few hundred bytes; anything much larger is not ours.
-MAX_MANIFEST_BYTES = 64 * 1024
+DOWNLOAD_CHUNK = 8 * 1024 * 1024
+IO_CHUNK = 8 * 1024 * 1024
+#: zstd level 1: 14x smaller at ~600 MB/s on one core; higher levels cost the writer
+#: far more than they save readers.
+ZSTD_LEVEL = 1
 DOWNLOAD_PHASE = "downloading index"
 
 ProgressCallback = Callable[[str, int | None, int | None], None]
 
-
-def index_version() -> str:
-    """The version component of the keys: share format and index schema."""
-    return f"v{SHARE_FORMAT}-s{SCHEMA_VERSION}"
+__all__ = ["MODES", "DOWNLOAD_PHASE", "SharedIndexes", "index_version", "install_index"]
 
 
-class ManifestError(ValueError):
-    """A manifest that is not one this server wrote (or can use)."""
+class _TooBigError(Exception):
+    """The object decompresses to more than its manifest says."""
 
 
-@dataclass(frozen=True)
-class Manifest:
-    """What a reader checks before it serves a downloaded index."""
+class _BoundedWriter:
+    """A file that refuses to grow past ``limit`` (a corrupt or hostile object cannot
+    fill the cache's disk), counting what it got."""
 
-    share_format: int
-    schema_version: int
-    events_fingerprint: str
-    sha256: str
-    size: int
-    builder: str
+    def __init__(self, out: BinaryIO, limit: int) -> None:
+        self.out, self.limit, self.written = out, limit, 0
 
-    def to_bytes(self) -> bytes:
-        return orjson.dumps(asdict(self), option=orjson.OPT_SORT_KEYS)
+    def write(self, data: bytes) -> int:
+        self.written += len(data)
+        if self.written > self.limit:
+            raise _TooBigError
+        return self.out.write(data)
 
-    @classmethod
-    def parse(cls, data: bytes) -> Manifest:
-        if len(data) > MAX_MANIFEST_BYTES:
-            raise ManifestError(f"manifest is {len(data)} bytes, more than {MAX_MANIFEST_BYTES}")
-        try:
-            raw = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise ManifestError(f"manifest is not JSON: {exc}") from None
-        if not isinstance(raw, dict):
-            raise ManifestError("manifest is not a JSON object")
-        types = {"share_format": int, "schema_version": int, "events_fingerprint": str, "sha256": str}
-        types |= {"size": int, "builder": str}
-        for name, kind in types.items():
-            if not isinstance(raw.get(name), kind) or isinstance(raw.get(name), bool):
-                raise ManifestError(f"manifest field {name!r} is missing or not {kind.__name__}")
-        return cls(**{name: raw[name] for name in types})
-
-
-def manifest_problem(manifest: Manifest, events_fingerprint: str) -> str | None:
-    """Why ``manifest`` does not describe an index this server may use for a session
-    whose build inputs have ``events_fingerprint`` (None: it does)."""
-    if manifest.share_format != SHARE_FORMAT:
-        return f"share format {manifest.share_format}, this server reads {SHARE_FORMAT}"
-    if manifest.schema_version != SCHEMA_VERSION:
-        return f"index schema {manifest.schema_version}, this server reads {SCHEMA_VERSION}"
-    if manifest.events_fingerprint != events_fingerprint:
-        return "built from other event objects (fingerprint differs)"
-    if len(manifest.sha256) != 64 or any(c not in "0123456789abcdef" for c in manifest.sha256):
-        return "sha256 is not 64 lower-case hex digits"
-    if manifest.size <= 0:
-        return f"size {manifest.size}"
-    return None
-
-
-def download_problem(manifest: Manifest, sha256: str, size: int) -> str | None:
-    """Why the downloaded bytes are not the ones the manifest describes (None: they are)."""
-    if size != manifest.size:
-        return f"{size} bytes downloaded, the manifest says {manifest.size}"
-    if sha256 != manifest.sha256:
-        return f"sha256 {sha256} differs from the manifest's {manifest.sha256}"
-    return None
-
-
-def index_file_problem(path: Path, events_fingerprint: str) -> str | None:
-    """Why the SQLite file at ``path`` is not an index of this schema built from these
-    inputs (the manifest's word is checked against the file's own ``meta``)."""
-    try:
-        meta = _meta(path)
-    except sqlite3.Error as exc:
-        return f"not a readable index: {exc}"
-    if meta.get(META_SCHEMA_VERSION) != str(SCHEMA_VERSION):
-        return f"its meta says schema {meta.get(META_SCHEMA_VERSION)!r}"
-    if meta.get(META_EVENTS_FINGERPRINT) != events_fingerprint:
-        return "its meta names other event objects"
-    return None
-
-
-def digest_open_file(fh: BinaryIO) -> tuple[str, int]:
-    """(sha256 hex, size) of an open file from its start."""
-    fh.seek(0)
-    h = hashlib.sha256()
-    size = 0
-    while chunk := fh.read(HASH_CHUNK):
-        h.update(chunk)
-        size += len(chunk)
-    fh.seek(0)
-    return h.hexdigest(), size
+    def flush(self) -> None:
+        self.out.flush()
 
 
 class SharedIndexes:
@@ -165,7 +104,7 @@ class SharedIndexes:
         self.layout = layout
         self.mode = mode
         self.metrics = metrics
-        self._warned_guard = threading.Lock()
+        self._guard = threading.Lock()
         self._warned: set[str] = set()  # sessions whose failed upload was logged at WARNING
         self._uploads: list[threading.Thread] = []
 
@@ -193,8 +132,8 @@ class SharedIndexes:
         if not self.fetch(cluster, session, prints[0], tmp, progress):
             return False
         try:
-            meta_objects = _meta(tmp).get(META_OBJECTS_FINGERPRINT)
-            if meta_objects != prints[1]:  # logs uploaded since it was built: only the object list differs
+            if read_meta(tmp).get(META_OBJECTS_FINGERPRINT) != prints[1]:
+                # Logs uploaded since it was built: only the object list differs.
                 from runtime.server.index.index_file import refresh_objects
 
                 refresh_objects(tmp, listing, self.layout.session_prefix(cluster, session))
@@ -208,7 +147,7 @@ class SharedIndexes:
         self, cluster: ClusterRef, session: str, events_fingerprint: str, dest: Path, progress: ProgressCallback
     ) -> bool:
         """Download and verify the shared index into ``dest``; False (and ``dest``
-        absent) when there is none or it is unusable. Never raises for storage errors:
+        absent) when there is none or it is unusable. Storage errors are not raised:
         a local build follows."""
         data_key, manifest_key = self.keys(cluster, session, events_fingerprint)
         try:
@@ -247,7 +186,8 @@ class SharedIndexes:
         return True
 
     def _download(self, key: str, manifest: Manifest, dest: Path, progress: ProgressCallback) -> str | None:
-        """Stream ``key`` into ``dest`` with ranged reads in parallel, hashed in order."""
+        """Stream ``key`` into ``dest``: ranged reads in parallel, hashed and
+        decompressed in order; a problem's description, or None."""
         size = self.store.stat(key).size
         if size != manifest.size:
             return f"the stored object is {size} bytes, the manifest says {manifest.size}"
@@ -255,7 +195,15 @@ class SharedIndexes:
         h = hashlib.sha256()
         done = 0
         offsets = iter(range(0, size, DOWNLOAD_CHUNK))
-        with open(dest, "wb") as out, ThreadPoolExecutor(DOWNLOAD_THREADS, thread_name_prefix="index-fetch") as pool:
+        with (
+            open(dest, "wb") as out,
+            ThreadPoolExecutor(DOWNLOAD_THREADS, thread_name_prefix="index-fetch") as pool,
+        ):
+            bounded = _BoundedWriter(out, manifest.index_size)
+            # The writer only calls write(): every decompressed byte is written as it comes.
+            writer = zstandard.ZstdDecompressor().stream_writer(
+                cast("IO[bytes]", bounded), write_size=IO_CHUNK, closefd=False
+            )
 
             def submit() -> Future[bytes] | None:
                 offset = next(offsets, None)
@@ -265,23 +213,25 @@ class SharedIndexes:
 
             pending: deque[Future[bytes]] = deque()
             for _ in range(DOWNLOAD_THREADS * 2):  # a bounded window: memory stays flat
-                future = submit()
-                if future is not None:
+                if (future := submit()) is not None:
                     pending.append(future)
             try:
                 while pending:
                     chunk = pending.popleft().result()
-                    future = submit()
-                    if future is not None:
+                    if (future := submit()) is not None:
                         pending.append(future)
                     h.update(chunk)
-                    out.write(chunk)
                     done += len(chunk)
+                    writer.write(chunk)
                     progress(DOWNLOAD_PHASE, done, size)
+            except _TooBigError:
+                return f"decompresses to more than the manifest's {manifest.index_size} bytes"
+            except zstandard.ZstdError as exc:
+                return f"not a valid zstd object: {exc}"
             finally:
                 for future in pending:
                     future.cancel()
-        return download_problem(manifest, h.hexdigest(), done)
+        return download_problem(manifest, h.hexdigest(), done, bounded.written)
 
     # ---------------------------------------------------------------- upload
     def publish_later(self, cluster: ClusterRef, session: str, events_fingerprint: str, fh: BinaryIO) -> None:
@@ -293,44 +243,89 @@ class SharedIndexes:
                 self.publish(cluster, session, events_fingerprint, fh)
 
         thread = threading.Thread(target=run, name="index-publish", daemon=True)
-        with self._warned_guard:
+        with self._guard:
             self._uploads = [t for t in self._uploads if t.is_alive()] + [thread]
         thread.start()
 
     def wait_for_uploads(self, timeout: float | None = None) -> bool:
-        """Wait for the uploads started so far (tests, benchmarks, the CLI at exit)."""
-        with self._warned_guard:
+        """Wait for the uploads started so far (tests, benchmarks)."""
+        with self._guard:
             uploads = list(self._uploads)
         for thread in uploads:
             thread.join(timeout)
         return not any(thread.is_alive() for thread in uploads)
 
     def publish(self, cluster: ClusterRef, session: str, events_fingerprint: str, fh: BinaryIO) -> bool:
-        """Upload data, then its manifest; False (logged, counted) when refused or
-        when the file changed meanwhile (then no manifest: the data is never served)."""
+        """Compress, upload the data, then its manifest; False (logged, counted) when
+        refused or when the file changed meanwhile (then nothing is uploaded)."""
         data_key, manifest_key = self.keys(cluster, session, events_fingerprint)
         try:
-            sha, size = digest_open_file(fh)
-            self.store.put_open_file(data_key, fh)
-            if digest_open_file(fh) != (sha, size):
-                # Refreshed in place while uploading (late logs): what was sent may mix
-                # two versions, so no manifest; the next build publishes again.
-                self.metrics.shared_uploads.labels("changed").inc()
-                logger.info("shared index of %s not published: the file changed while uploading", session)
-                return False
-            manifest = Manifest(SHARE_FORMAT, SCHEMA_VERSION, events_fingerprint, sha, size, __version__)
+            # Packed beside the index (the cache directory has the room), deleted after.
+            with tempfile.NamedTemporaryFile(prefix=".publish-", suffix=".zst", dir=Path(fh.name).parent) as packed:
+                source_sha, index_size, sha, size = _compress(fh, packed)
+                if _digest(fh) != (source_sha, index_size):
+                    # Refreshed in place meanwhile (late logs): what was packed may mix
+                    # two versions; the next build publishes again.
+                    self.metrics.shared_uploads.labels("changed").inc()
+                    logger.info("shared index of %s not published: the file changed while packing", session)
+                    return False
+                self.store.put_file(data_key, packed.name)
+            manifest = Manifest(
+                SHARE_FORMAT, SCHEMA_VERSION, events_fingerprint, COMPRESSION, sha, size, index_size, __version__
+            )
             self.store.put_bytes(manifest_key, manifest.to_bytes())
         except Exception as exc:  # a background upload fails nothing but itself
             self.metrics.shared_uploads.labels("failed").inc()
-            with self._warned_guard:
+            with self._guard:
                 first = session not in self._warned
                 self._warned.add(session)
             log = logger.warning if first else logger.debug
             log("cannot publish the shared index of %s to %s (answers are not affected): %s", session, data_key, exc)
             return False
         self.metrics.shared_uploads.labels("ok").inc()
-        logger.info("published the shared index of %s (%d bytes)", session, size)
+        logger.info("published the shared index of %s (%d bytes, %d compressed)", session, index_size, size)
         return True
+
+
+def _compress(source: IO[bytes], packed: IO[bytes]) -> tuple[str, int, str, int]:
+    """zstd ``source`` into ``packed``: (source sha256, source size, packed sha256, packed size)."""
+    source.seek(0)
+    source_hash, packed_hash = hashlib.sha256(), hashlib.sha256()
+    counted = _HashingWriter(packed, packed_hash)
+    params = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True, write_content_size=False)
+    source_size = 0
+    with params.stream_writer(cast("IO[bytes]", counted), closefd=False) as writer:
+        while chunk := source.read(IO_CHUNK):
+            source_hash.update(chunk)
+            source_size += len(chunk)
+            writer.write(chunk)
+    packed.flush()
+    return source_hash.hexdigest(), source_size, packed_hash.hexdigest(), counted.written
+
+
+def _digest(fh: BinaryIO) -> tuple[str, int]:
+    fh.seek(0)
+    h = hashlib.sha256()
+    size = 0
+    while chunk := fh.read(IO_CHUNK):
+        h.update(chunk)
+        size += len(chunk)
+    return h.hexdigest(), size
+
+
+class _HashingWriter:
+    """Hashes and counts what the compressor writes."""
+
+    def __init__(self, out: IO[bytes], h: hashlib._Hash) -> None:
+        self.out, self.h, self.written = out, h, 0
+
+    def write(self, data: bytes) -> int:
+        self.h.update(data)
+        self.written += len(data)
+        return self.out.write(data)
+
+    def flush(self) -> None:
+        self.out.flush()
 
 
 def install_index(tmp: Path, path: Path) -> None:
@@ -339,14 +334,6 @@ def install_index(tmp: Path, path: Path) -> None:
     for suffix in ("-wal", "-shm"):  # stale companions of the replaced file
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"{path}{suffix}")
-
-
-def _meta(path: Path) -> dict[str, str]:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return {str(k): str(v) for k, v in conn.execute("SELECT key, value FROM meta")}
-    finally:
-        conn.close()
 
 
 def _remove(path: Path) -> None:

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from runtime.server.config import ServerConfig
 from runtime.server.index.cache import IndexCache
@@ -93,7 +94,9 @@ def test_a_second_cache_downloads_instead_of_building(tmp_path: Path, store: Obj
     path = reader.path_for(sample.cluster, sample.session)
     assert manifest["sha256"] == hashlib.sha256(store.get_bytes(data_key)).hexdigest()
     assert manifest["size"] == store.stat(data_key).size
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == manifest["sha256"]  # served as downloaded
+    assert manifest["compression"] == "zstd" and manifest["index_size"] > 4 * manifest["size"]
+    served = zstandard.ZstdDecompressor().decompressobj().decompress(store.get_bytes(data_key))
+    assert path.read_bytes() == served  # served as downloaded
 
 
 def test_read_never_writes_and_off_never_looks(tmp_path: Path, store: ObjectStore, sample: StoredSample) -> None:
@@ -127,23 +130,46 @@ def _foreign_version(store: ObjectStore, key: str) -> None:
 
 
 def _truncate(store: ObjectStore, key: str) -> None:
-    store.put_bytes(key, store.get_bytes(key)[:-4096])
+    data = store.get_bytes(key)
+    store.put_bytes(key, data[: len(data) // 2])
+
+
+def _consistent(store: ObjectStore, key: str, data: bytes, index_size: int) -> None:
+    """Replace the data object and make its manifest agree (sha256, sizes)."""
+    store.put_bytes(key, data)
+    manifest_key = key.removesuffix(".sqlite.zst") + ".manifest.json"
+    manifest = json.loads(store.get_bytes(manifest_key))
+    manifest.update(sha256=hashlib.sha256(data).hexdigest(), size=len(data), index_size=index_size)
+    store.put_bytes(manifest_key, json.dumps(manifest).encode())
 
 
 def _not_an_index(store: ObjectStore, key: str) -> None:
     """Consistent data and manifest, but the data is no index of ours."""
-    data = b"SQLite format 3\x00" + b"\x00" * 8000
-    store.put_bytes(key, data)
-    manifest_key = key.removesuffix(".sqlite") + ".manifest.json"
-    manifest = json.loads(store.get_bytes(manifest_key))
-    manifest.update(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
-    store.put_bytes(manifest_key, json.dumps(manifest).encode())
+    raw = b"SQLite format 3\x00" + b"\x00" * 8000
+    _consistent(store, key, zstandard.ZstdCompressor().compress(raw), len(raw))
+
+
+def _not_zstd(store: ObjectStore, key: str) -> None:
+    _consistent(store, key, b"not zstd at all" * 100, 10_000)
+
+
+def _bigger_than_said(store: ObjectStore, key: str) -> None:
+    """A bomb: a small object that decompresses far beyond what its manifest says."""
+    _consistent(store, key, zstandard.ZstdCompressor().compress(b"\x00" * 50_000_000), 1_000_000)
 
 
 @pytest.mark.parametrize(
     ("damage", "on"),
-    [(_flip_byte, 0), (_wrong_sha, 1), (_foreign_version, 1), (_truncate, 0), (_not_an_index, 0)],
-    ids=["flipped-byte", "wrong-sha", "foreign-version", "truncated", "not-an-index"],
+    [
+        (_flip_byte, 0),
+        (_wrong_sha, 1),
+        (_foreign_version, 1),
+        (_truncate, 0),
+        (_not_an_index, 0),
+        (_not_zstd, 0),
+        (_bigger_than_said, 0),
+    ],
+    ids=["flipped-byte", "wrong-sha", "foreign-version", "truncated", "not-an-index", "not-zstd", "bomb"],
 )
 def test_corrupt_or_foreign_indexes_are_rebuilt_never_served(
     tmp_path: Path, store: ObjectStore, sample: StoredSample, damage: object, on: int
@@ -172,7 +198,7 @@ def test_a_download_reports_its_bytes_and_refreshes_a_changed_object_list(
     seen: list[tuple[str, int | None, int | None]] = []
     dest = tmp_path / "fetched.sqlite"
     assert shared.fetch(sample.cluster, sample.session, events_fp, dest, lambda *p: seen.append(p))
-    size = dest.stat().st_size
+    size = store.stat(_keys(store, sample)[0]).size  # bytes moved: the compressed object
     assert seen[0] == (DOWNLOAD_PHASE, 0, size) and seen[-1] == (DOWNLOAD_PHASE, size, size)
     reader, metrics = _cache(tmp_path, store, "reader", "read")
     with reader.open(sample.cluster, sample.session) as index:

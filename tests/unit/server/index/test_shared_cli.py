@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from runtime.cli import main as cli_main
 from runtime.server.config import ServerConfig
@@ -50,8 +51,9 @@ def test_the_cli_downloads_a_shared_index_and_writes_none(tmp_path: Path, capsys
     assert len(published) == 2
 
     assert _jobs(tmp_path / "store", tmp_path / "cli-1", capsys) == built_here
-    manifest = json.loads(next(p for p in published if p.name.endswith(".manifest.json")).read_bytes())
+    packed = next(p for p in published if p.name.endswith(".sqlite.zst")).read_bytes()
+    shared = hashlib.sha256(zstandard.ZstdDecompressor().decompressobj().decompress(packed)).hexdigest()
     # Byte for byte the shared copy (a build here would differ at least in its timing meta).
-    assert _index_digests(tmp_path / "cli-1") == {manifest["sha256"]}
-    assert _index_digests(tmp_path / "cli-0") != {manifest["sha256"]}
+    assert _index_digests(tmp_path / "cli-1") == {shared}
+    assert _index_digests(tmp_path / "cli-0") != {shared}
     assert _index_objects(tmp_path / "store") == published

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from runtime.server.index.schema import SCHEMA_VERSION
-from runtime.server.index.shared import (
+from runtime.server.index.shared_manifest import (
     SHARE_FORMAT,
     Manifest,
     ManifestError,
@@ -32,7 +32,7 @@ def test_keys_round_trip_and_stay_outside_what_kuberay_lists(root: str, cluster:
     data, manifest = layout.index_keys(cluster, SESSION, index_version(), FP)
     base = (root + "/" if root else "") + "history-index/"
     assert data.startswith(base) and manifest.startswith(base)
-    assert data.endswith(f"/{SESSION}/{index_version()}/{FP}.sqlite")
+    assert data.endswith(f"/{SESSION}/{index_version()}/{FP}.sqlite.zst")
     assert manifest.endswith(f"/{SESSION}/{index_version()}/{FP}.manifest.json")
     assert data.startswith(layout.index_session_prefix(cluster, SESSION))
     # KubeRay's Go server lists cluster-metadata/ and cluster-history/ only.
@@ -59,12 +59,13 @@ def test_bad_versions_and_fingerprints_are_refused(version: str, fingerprint: st
 @pytest.mark.parametrize(
     "key",
     [
-        f"history-index/raycluster/team-a/demo/{SESSION}/v1-s1/{FP}.sqlite.tmp",
-        f"history-index/raycluster/team-a/demo/{SESSION}/{FP}.sqlite",
-        f"history-index/raycluster/team-a/demo/{SESSION}/v1-s1/x/{FP}.sqlite",
-        f"history-index/raycluster/Team/demo/{SESSION}/v1-s1/{FP}.sqlite",
-        f"history-index/rayjob/team-a/demo/{SESSION}/v1-s1/{FP}.sqlite",
-        f"cluster-history/raycluster/team-a/demo/{SESSION}/v1-s1/{FP}.sqlite",
+        f"history-index/raycluster/team-a/demo/{SESSION}/v1-s1/{FP}.sqlite.zst.tmp",
+        f"history-index/raycluster/team-a/demo/{SESSION}/v1-s1/{FP}.sqlite",
+        f"history-index/raycluster/team-a/demo/{SESSION}/{FP}.sqlite.zst",
+        f"history-index/raycluster/team-a/demo/{SESSION}/v1-s1/x/{FP}.sqlite.zst",
+        f"history-index/raycluster/Team/demo/{SESSION}/v1-s1/{FP}.sqlite.zst",
+        f"history-index/rayjob/team-a/demo/{SESSION}/v1-s1/{FP}.sqlite.zst",
+        f"cluster-history/raycluster/team-a/demo/{SESSION}/v1-s1/{FP}.sqlite.zst",
         f"history-index/raycluster/team-a/demo/{SESSION}/v1-s1/{'AB' * 32}.manifest.json",
     ],
 )
@@ -77,8 +78,10 @@ def _manifest(**changes: object) -> Manifest:
         "share_format": SHARE_FORMAT,
         "schema_version": SCHEMA_VERSION,
         "events_fingerprint": FP,
+        "compression": "zstd",
         "sha256": hashlib.sha256(b"index").hexdigest(),
         "size": 5,
+        "index_size": 50,
         "builder": "0.1.0",
     }
     fields.update(changes)
@@ -89,7 +92,7 @@ def test_a_manifest_round_trips() -> None:
     manifest = _manifest()
     assert Manifest.parse(manifest.to_bytes()) == manifest
     assert manifest_problem(manifest, FP) is None
-    assert download_problem(manifest, hashlib.sha256(b"index").hexdigest(), 5) is None
+    assert download_problem(manifest, hashlib.sha256(b"index").hexdigest(), 5, 50) is None
 
 
 @pytest.mark.parametrize(
@@ -114,8 +117,10 @@ def test_malformed_manifests_are_refused(raw: bytes, what: str) -> None:
         (_manifest(share_format=SHARE_FORMAT + 1), "share format"),
         (_manifest(schema_version=SCHEMA_VERSION + 1), "index schema"),
         (_manifest(events_fingerprint="cd" * 32), "fingerprint"),
+        (_manifest(compression="gzip"), "compression"),
         (_manifest(sha256="XYZ"), "sha256"),
-        (_manifest(size=0), "size"),
+        (_manifest(size=0), "sizes"),
+        (_manifest(index_size=-1), "sizes"),
     ],
 )
 def test_foreign_manifests_are_refused(manifest: Manifest, what: str) -> None:
@@ -125,6 +130,7 @@ def test_foreign_manifests_are_refused(manifest: Manifest, what: str) -> None:
 
 def test_downloads_that_differ_from_the_manifest_are_refused() -> None:
     manifest = _manifest()
-    assert "5" in str(download_problem(manifest, manifest.sha256, 4))
+    assert "4 bytes downloaded" in str(download_problem(manifest, manifest.sha256, 4, 50))
     wrong = hashlib.sha256(b"indeX").hexdigest()
-    assert "differs" in str(download_problem(manifest, wrong, 5))
+    assert "differs" in str(download_problem(manifest, wrong, 5, 50))
+    assert "decompressed to 49" in str(download_problem(manifest, manifest.sha256, 5, 49))
