@@ -1,8 +1,9 @@
 """``ray-history``: stored Ray clusters from a shell.
 
-Query commands (``clusters``, ``jobs``, ``tasks``, ``logs``) ask a history server
-(``--server``, env ``RAY_HISTORY_SERVER``, default http://localhost:8080) or, with
-the storage flags of the collector and the server, read the bucket directly
+Query commands (``clusters``, ``jobs``, ``tasks``, ``logs``, ``open``) ask a history server
+(``--server``, env ``RAY_HISTORY_SERVER``, default http://localhost:8080) or (all but
+``open``, which prints a server's URL) with the storage flags of the collector and the
+server, read the bucket directly
 through the server's own code in-process. ``export`` / ``import`` move one
 session between buckets as a tar(.gz) with a manifest. ``gc`` deletes whole
 sessions that ended before a cutoff. ``quickstart`` is the local demo
@@ -46,8 +47,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
 
 
-def _add_source(parser: argparse.ArgumentParser) -> None:
-    """Where answers come from: a history server, or storage read in-process."""
+def _add_server(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--server",
         metavar="URL",
@@ -60,6 +60,11 @@ def _add_source(parser: argparse.ArgumentParser) -> None:
         help="bearer token for the history server (env RAY_HISTORY_TOKEN, which keeps it out of `ps`; "
         "default: the token of the current kubeconfig context, if it has one)",
     )
+
+
+def _add_source(parser: argparse.ArgumentParser) -> None:
+    """Where answers come from: a history server, or storage read in-process."""
+    _add_server(parser)
     add_storage_arguments(parser)
     parser.add_argument(
         "--cache-dir",
@@ -80,6 +85,17 @@ def _query(name: str) -> Handler:
             return run(api, args)
 
     return handler
+
+
+def _open(args: argparse.Namespace) -> int:
+    """``open``: always a history server (its URL is what is printed)."""
+    from runtime.cli import open as open_command
+    from runtime.cli.client import DEFAULT_SERVER, SERVER_ENV, HttpHistoryApi, normalise_server_url
+    from runtime.cli.credentials import resolve
+
+    server = normalise_server_url(args.server or os.environ.get(SERVER_ENV, "").strip() or DEFAULT_SERVER)
+    with HttpHistoryApi(server, lambda: resolve(args.token, os.environ)) as api:
+        return open_command.run(api, args, server)
 
 
 def _transfer(name: str) -> Handler:
@@ -169,6 +185,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_query_commands(subparsers)
     _add_logs_command(subparsers)
+    _add_open_command(subparsers)
     _add_transfer_commands(subparsers)
     _add_gc_command(subparsers)
     wanted = next((a for a in argv if not a.startswith("-")), None) == "quickstart"
@@ -242,6 +259,23 @@ def _add_logs_command(subparsers: Subparsers) -> None:
         "-f", "--follow", action="store_true", help="follow a live session's log; a stored one prints and exits"
     )
     p.set_defaults(handler=_query("logs"))
+
+
+def _add_open_command(subparsers: Subparsers) -> None:
+    from runtime.cli import open as open_command
+
+    p = subparsers.add_parser(
+        "open",
+        help="print a session's shareable Dashboard URL (/sessions/...); open a browser when one is available",
+        description="Print the shareable URL of a session's Ray Dashboard on the history server (--server): "
+        "ray-history open CLUSTER [SESSION], or ray-history open SESSION. 'latest' becomes the newest stored "
+        "session's name (a running cluster's: latest). A browser is opened with --browser, never with "
+        "--no-browser, and by default when stdout is a terminal and a display is present; none is not an error.",
+    )
+    open_command.add_arguments(p)
+    _add_common(p)
+    _add_server(p)
+    p.set_defaults(handler=_open)
 
 
 def _add_transfer_commands(subparsers: Subparsers) -> None:
