@@ -284,7 +284,21 @@ class SharedIndexes:
             return False
         self.metrics.shared_uploads.labels("ok").inc()
         logger.info("published the shared index of %s (%d bytes, %d compressed)", session, index_size, size)
+        self._drop_superseded(cluster, session, (data_key, manifest_key))
         return True
+
+    def _drop_superseded(self, cluster: ClusterRef, session: str, keep: tuple[str, str]) -> None:
+        """Delete this session's older copies (a running session is re-indexed as its
+        events grow; only the newest inputs' index is of use). Best effort: what stays
+        is deleted by ``ray-history gc`` with its session."""
+        data_key = keep[0]
+        version_prefix = data_key[: data_key.rindex("/") + 1]
+        try:
+            for info in self.store.walk(version_prefix):
+                if info.key not in keep:
+                    self.store.delete(info.key)
+        except (StorageError, ValueError) as exc:
+            logger.debug("cannot delete superseded shared indexes of %s: %s", session, exc)
 
 
 def _compress(source: IO[bytes], packed: IO[bytes]) -> tuple[str, int, str, int]:

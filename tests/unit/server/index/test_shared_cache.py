@@ -240,3 +240,17 @@ def test_a_container_is_refused_off_azure(tmp_path: Path, store: ObjectStore) ->
     config = replace(_config(tmp_path, "c", "read"), shared_index_container="indexes")
     with pytest.raises(ValueError, match="--shared-index-container=indexes"):
         IndexCache(config, store=store, layout=LAYOUT, metrics=ServerMetrics())
+
+
+def test_a_newer_build_replaces_the_copy_of_older_inputs(
+    tmp_path: Path, store: ObjectStore, sample: StoredSample
+) -> None:
+    """A running session is re-indexed as its events grow: only its newest copy stays."""
+    _publish(tmp_path, store, sample, "first")
+    old = _index_keys(store)
+    events = [i for i in store.walk(sample.session_prefix) if "/node_events/" in i.key]
+    store.put_bytes(events[0].key.rsplit("-", 1)[0] + "-999.jsonl", b"\n")  # one more (empty) event object
+    _publish(tmp_path, store, sample, "second")
+    new = _index_keys(store)
+    assert len(new) == 2 and not set(new) & set(old)
+    assert new == sorted(_keys(store, sample))
