@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from runtime.server.errors import ApiError
-from runtime.server.selection import LATEST, LIVE
+from runtime.server.selection import LATEST, LIVE, Selection
 from runtime.storage.errors import InvalidKeyError
 from runtime.storage.layout import (
     OWNER_KINDS,
@@ -114,10 +114,14 @@ def _check_segment(what: str, value: str, validate: Callable[..., object]) -> No
         raise ApiError(400, f'invalid {what} segment "{value[:128]}": {exc}') from None
 
 
-def enter_location(request_path: str, cluster: ClusterRef, session: str) -> str:
+def enter_location(request_path: str, selection: Selection, requested: str = LATEST) -> str:
     """Where ``/enter_cluster/...`` sends a browser: the session's ``/sessions/...`` URL.
 
-    Relative to ``request_path`` (works behind a path prefix) and without a fragment, so
-    the browser keeps the one it had (RFC 9110 section 10.2.2): ``#/jobs/<id>`` survives.
+    ``requested`` is the session segment entered: ``latest`` resolved to a running cluster
+    stays ``latest`` (the live cluster now, its stored session once it is gone); otherwise
+    the resolved session. Relative to ``request_path`` (works behind a path prefix) and
+    without a fragment, so the browser keeps its own (RFC 9110 section 10.2.2):
+    ``/enter_cluster/...#/jobs/<id>`` lands on that job.
     """
-    return "../" * (request_path.count("/") - 1) + session_path(cluster, session)[1:]
+    session = LATEST if selection.is_live and requested in ("", LATEST) else selection.session
+    return "../" * (request_path.count("/") - 1) + session_path(selection.cluster, session)[1:]

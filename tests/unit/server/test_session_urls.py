@@ -7,6 +7,7 @@ import posixpath
 import pytest
 
 from runtime.server.errors import ApiError
+from runtime.server.selection import Selection
 from runtime.server.session_urls import SessionTarget, enter_location, parse_session_path, session_path
 from runtime.storage.layout import ClusterRef
 
@@ -91,8 +92,8 @@ def test_bad_paths_name_the_segment(path: str, named: str) -> None:
     ],
 )
 def test_enter_location_is_relative_and_has_no_fragment(path: str) -> None:
-    cluster = ClusterRef("ml", "train-x7k2p", "rayjob", "train")
-    location = enter_location(path, cluster, SESSION)
+    selection = Selection("ml", "train-x7k2p", SESSION, "rayjob", "train")
+    location = enter_location(path, selection, "latest")
     assert "#" not in location
     assert not location.startswith("/")
     # Resolved against the request URL (RFC 3986 section 5.2), also under a path prefix.
@@ -100,3 +101,11 @@ def test_enter_location_is_relative_and_has_no_fragment(path: str) -> None:
         base = posixpath.dirname(prefix + path)
         landed = posixpath.normpath(posixpath.join(base, location)) + "/"
         assert landed == f"{prefix}/sessions/ml/rayjob/train/{SESSION}/"
+
+
+def test_enter_location_keeps_latest_for_a_running_cluster() -> None:
+    live = Selection("default", "demo", "live")
+    assert enter_location("/enter_cluster/default/demo", live) == "../../sessions/default/demo/latest/"
+    assert enter_location("/enter_cluster/default/raycluster/demo/live", live, "live").endswith("/demo/live/")
+    stored = Selection("default", "demo", SESSION)
+    assert enter_location("/enter_cluster/default/demo", stored).endswith(f"/demo/{SESSION}/")
