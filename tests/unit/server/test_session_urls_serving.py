@@ -206,3 +206,26 @@ def test_latest_of_a_running_cluster_is_live(
     live.fail = True
     unsure = client.get(f"/sessions/{DEMO.namespace}/{DEMO.name}/latest/api/jobs/")
     assert unsure.status_code == 503 and "cannot tell whether" in unsure.get_json()["msg"]
+
+
+@pytest.mark.parametrize(
+    "rest",
+    [
+        "../../../../etc/passwd",
+        "static/../../../../../../etc/passwd",
+        "%2e%2e/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+        "static/..%2f..%2f..%2f..%2fetc%2fpasswd",
+        "api/v0/logs/file?node_id=../../x&filename=../../../etc/passwd",
+    ],
+)
+def test_no_escape_through_a_session_url(client: FlaskClient, rest: str) -> None:
+    answer = client.get(A_URL + rest)
+    assert answer.status_code in (400, 404), (rest, answer.status_code)
+    assert b"root:" not in answer.data
+
+
+def test_cookie_header_keeps_other_cookies() -> None:
+    from runtime.server.session_scope import without_selection_cookies
+
+    header = "cluster_name=a; hs_login=sealed==; session_name=s;cluster_namespace=n ; owner_kind=; theme=dark"
+    assert without_selection_cookies(header) == "hs_login=sealed==; theme=dark"
