@@ -92,6 +92,8 @@ class HistoryServerArgs:
         shared_index: the server's ``--shared-index`` (``off``, ``read``, ``write``), passed as
             ``SHARED_INDEX`` (with ``SHARED_INDEX_CONTAINER`` on Azure); None = what the storage
             grants (``wiring.shared_index``). More than the storage grants is an error.
+        metrics_env: the server's metrics settings (``PROMETHEUS_URL``, ``GRAFANA_URL``, ...),
+            :attr:`~ray_history_pulumi.metrics.RayMetrics.server_env`; empty = none.
     """
 
     image: pulumi.Input[str]
@@ -111,6 +113,7 @@ class HistoryServerArgs:
     image_ready: list[pulumi.Resource] = field(default_factory=list)
     cluster_role_annotations: pulumi.Input[dict[str, str]] = field(default_factory=dict)
     shared_index: str | None = None
+    metrics_env: dict[str, str] = field(default_factory=dict)
 
     def validate(self) -> None:
         if isinstance(self.image, str) and not self.image.strip():
@@ -290,7 +293,9 @@ class HistoryServerK8s(pulumi.ComponentResource):
             pulumi.Output.all(**server_shared_index_env(args.wiring, args.shared_index_mode())),
         ).apply(
             lambda parts: container_env(
-                {**dict(parts[0] or {}), **dict(parts[2])}, dict(parts[1] or {}), args.wiring.secret_env
+                {**dict(parts[0] or {}), **dict(parts[2]), **args.metrics_env},
+                dict(parts[1] or {}),
+                args.wiring.secret_env,
             )
         )
         deployment = k8s.apps.v1.Deployment(

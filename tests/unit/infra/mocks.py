@@ -116,6 +116,13 @@ def _aws_state(typ: str, name: str, inputs: State) -> State:
             "certificateAuthority": {"data": base64.b64encode(b"eks-ca").decode()},
             "identities": [{"oidcs": [{"issuer": EKS_ISSUER}]}],
         }
+    if typ == "aws:amp/scraper:Scraper":
+        # The scraper's service-linked role (AMP-collector-how-to), with its path.
+        return {
+            "arn": f"arn:aws:aps:{AWS_REGION}:{AWS_ACCOUNT}:scraper/s-{name}",
+            "roleArn": f"arn:aws:iam::{AWS_ACCOUNT}:role/aws-service-role/scraper.aps.amazonaws.com/"
+            f"AWSServiceRoleForAmazonPrometheusScraper_{name}",
+        }
     return {"arn": f"arn:aws:mock:{AWS_REGION}:{AWS_ACCOUNT}:{name}"}
 
 

@@ -407,3 +407,22 @@ def test_the_server_reads_the_shared_index_env_it_is_given(mode: str, container:
     parsed = build_parser().parse_args(argv)
     assert server_settings.SHARED_INDEX.read(parsed, env) == mode
     assert server_settings.SHARED_INDEX_CONTAINER.read(parsed, env) == container
+
+
+def test_metrics_settings_reach_the_server_as_env() -> None:
+    metrics_env = {
+        "PROMETHEUS_URL": "http://ray-metrics-prometheus.ray-metrics.svc.cluster.local:9090",
+        "PROMETHEUS_DATASOURCE": "Prometheus",
+    }
+    objects = _by_kind(_deploy(_args(metrics_env=metrics_env)))
+    validate_k8s(objects["Deployment"])
+    (container,) = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert metrics_env.items() <= env.items()
+    assert env["STORAGE_BACKEND"] == "azureblob"
+
+
+def test_no_metrics_settings_no_metrics_env() -> None:
+    objects = _by_kind(_deploy(_args()))
+    (container,) = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
+    assert not {e["name"] for e in container["env"]} & {"PROMETHEUS_URL", "GRAFANA_URL", "PROMETHEUS_DATASOURCE"}

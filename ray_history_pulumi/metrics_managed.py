@@ -1,0 +1,236 @@
+"""``managed`` metrics: the cloud's managed Prometheus collects Ray's metrics.
+
+* GKE: Google Cloud Managed Service for Prometheus with managed collection (on by default on
+  GKE 1.27+ and Autopilot; :class:`~ray_history_pulumi.gke_cluster.GkeCluster` turns it on
+  explicitly). One ``PodMonitoring`` per workload namespace: a PodMonitoring selects pods of
+  its own namespace only.
+* EKS: an Amazon Managed Service for Prometheus workspace and an AWS managed scraper (agentless
+  collection) reading the cluster's Ray pods; the scraper's service-linked role is given
+  read access to pods as Kubernetes user ``aps-collector-user`` (a ClusterRole, its binding,
+  and an EKS access entry), as
+  https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-collector-how-to.html says.
+* AKS: an Azure Monitor workspace and a ``PodMonitor`` of the managed add-on's own API group
+  (``azmonitoring.coreos.com/v1``), which its ``ama-metrics`` collector reads
+  (https://learn.microsoft.com/azure/azure-monitor/containers/prometheus-metrics-scrape-crd).
+  Linking the cluster to the workspace (``az aks update --enable-azure-monitor-metrics``)
+  creates the collection rules; docs/metrics.md shows it.
+
+Each managed store needs cloud credentials to query; the history server and Grafana reach it
+through the query proxy the cloud documents (GMP's frontend, AWS SigV4 proxy, Azure Managed
+Grafana), so the URLs are settings (docs/metrics.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from ray_history_pulumi import metrics_scrape
+
+MANAGED_CLOUDS = ("gcp", "aws", "azure")
+#: The Kubernetes user AWS's documentation maps the managed scraper's role to.
+AMP_COLLECTOR_USER = "aps-collector-user"
+#: The read access the scraper needs (AMP-collector-how-to, "Configuring your Amazon EKS cluster").
+AMP_COLLECTOR_RULES: list[dict[str, Any]] = [
+    {
+        "api_groups": [""],
+        "resources": [
+            "nodes",
+            "nodes/proxy",
+            "nodes/metrics",
+            "services",
+            "endpoints",
+            "pods",
+            "ingresses",
+            "configmaps",
+        ],
+        "verbs": ["describe", "get", "list", "watch"],
+    },
+    {
+        "api_groups": ["extensions", "networking.k8s.io"],
+        "resources": ["ingresses/status", "ingresses"],
+        "verbs": ["describe", "get", "list", "watch"],
+    },
+    {"non_resource_urls": ["/metrics"], "verbs": ["get"]},
+]
+
+
+@dataclass
+class ManagedMetricsArgs:
+    """The cloud side of ``managed`` metrics.
+
+    Attributes:
+        cloud: ``gcp``, ``aws`` or ``azure``.
+        cloud_provider: the explicit provider of that cloud (aws, azure-native); GKE needs none.
+        eks_cluster_name: AWS: the cluster the scraper reads (its subnets and security group
+            are looked up).
+        azure_resource_group: Azure: where the Azure Monitor workspace goes.
+        azure_location: Azure: its region.
+        workspace_name: name of the AMP / Azure Monitor workspace.
+    """
+
+    cloud: str
+    cloud_provider: pulumi.ProviderResource | None = None
+    eks_cluster_name: pulumi.Input[str] | None = None
+    azure_resource_group: pulumi.Input[str] | None = None
+    azure_location: str = ""
+    workspace_name: str = "ray-history-metrics"
+
+    def validate(self) -> None:
+        if self.cloud not in MANAGED_CLOUDS:
+            raise ValueError(
+                f"managed.cloud: {self.cloud!r} has no managed Prometheus here ({', '.join(MANAGED_CLOUDS)})"
+            )
+        if self.cloud == "aws" and self.eks_cluster_name is None:
+            raise ValueError("managed.eks_cluster_name: the EKS cluster the scraper reads is required on aws")
+        if self.cloud == "azure" and (self.azure_resource_group is None or not self.azure_location):
+            raise ValueError("managed.azure_resource_group, managed.azure_location: required on azure")
+
+
+def role_arn_without_path(arn: str) -> str:
+    """``arn:aws:iam::A:role/NAME`` for a role ARN with a path: the scraper's role lives under
+    ``aws-service-role/scraper.aps.amazonaws.com/``, and AWS's guide maps it without the path."""
+    head, sep, rest = arn.partition(":role/")
+    return f"{head}{sep}{rest.rsplit('/', 1)[-1]}" if sep else arn
+
+
+def custom_resource(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource:
+    """A CustomResource from a whole object (apiVersion, kind, metadata, spec)."""
+    return k8s.apiextensions.CustomResource(
+        name, api_version=obj["apiVersion"], kind=obj["kind"], metadata=obj["metadata"], spec=obj["spec"], opts=opts
+    )
+
+
+def managed_store(
+    name: str,
+    args: ManagedMetricsArgs,
+    *,
+    namespace: str,
+    workload_namespaces: Sequence[str],
+    interval: str,
+    labels: dict[str, str],
+    parent: pulumi.Resource,
+    depends_on: Sequence[pulumi.Resource] = (),
+) -> list[pulumi.Resource]:
+    """The store and scrape objects of ``args.cloud``; Kubernetes objects use the parent's provider."""
+    on_k8s = pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on))
+    if args.cloud == "gcp":
+        return [
+            custom_resource(
+                f"{name}-podmonitoring-{ns}",
+                metrics_scrape.gmp_pod_monitoring(name="ray", namespace=ns, labels=labels, interval=interval),
+                on_k8s,
+            )
+            for ns in workload_namespaces
+        ]
+    on_cloud = pulumi.ResourceOptions(parent=parent, provider=args.cloud_provider, depends_on=list(depends_on))
+    if args.cloud == "aws":
+        return _amp(
+            name,
+            args,
+            workload_namespaces=workload_namespaces,
+            interval=interval,
+            labels=labels,
+            on_k8s=on_k8s,
+            on_cloud=on_cloud,
+        )
+    return _azure_monitor(
+        name,
+        args,
+        namespace=namespace,
+        workload_namespaces=workload_namespaces,
+        interval=interval,
+        labels=labels,
+        on_k8s=on_k8s,
+        on_cloud=on_cloud,
+    )
+
+
+def _amp(
+    name: str,
+    args: ManagedMetricsArgs,
+    *,
+    workload_namespaces: Sequence[str],
+    interval: str,
+    labels: dict[str, str],
+    on_k8s: pulumi.ResourceOptions,
+    on_cloud: pulumi.ResourceOptions,
+) -> list[pulumi.Resource]:
+    import pulumi_aws as aws
+
+    workspace = aws.amp.Workspace(f"{name}-amp", alias=args.workspace_name, opts=on_cloud)
+    cluster = aws.eks.get_cluster_output(
+        name=args.eks_cluster_name, opts=pulumi.InvokeOutputOptions(provider=args.cloud_provider)
+    )
+    scraper = aws.amp.Scraper(
+        f"{name}-scraper",
+        alias=args.workspace_name,
+        source={
+            "eks": {
+                "cluster_arn": cluster.arn,
+                "subnet_ids": cluster.vpc_config.subnet_ids,
+                "security_group_ids": [cluster.vpc_config.cluster_security_group_id],
+            }
+        },
+        destination={"amp": {"workspace_arn": workspace.arn}},
+        scrape_configuration=metrics_scrape.amp_scrape_configuration(workload_namespaces, interval),
+        opts=on_cloud,
+    )
+    role = k8s.rbac.v1.ClusterRole(
+        f"{name}-aps-collector",
+        metadata={"name": "aps-collector-role", "labels": labels},
+        rules=AMP_COLLECTOR_RULES,
+        opts=on_k8s,
+    )
+    binding = k8s.rbac.v1.ClusterRoleBinding(
+        f"{name}-aps-collector-binding",
+        metadata={"name": "aps-collector-user-role-binding", "labels": labels},
+        role_ref={"api_group": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "aps-collector-role"},
+        subjects=[{"kind": "User", "name": AMP_COLLECTOR_USER, "api_group": "rbac.authorization.k8s.io"}],
+        opts=pulumi.ResourceOptions.merge(on_k8s, pulumi.ResourceOptions(depends_on=[role])),
+    )
+    entry = aws.eks.AccessEntry(
+        f"{name}-scraper-access",
+        cluster_name=args.eks_cluster_name,
+        principal_arn=scraper.role_arn.apply(role_arn_without_path),
+        user_name=AMP_COLLECTOR_USER,
+        type="STANDARD",
+        opts=on_cloud,
+    )
+    return [workspace, scraper, role, binding, entry]
+
+
+def _azure_monitor(
+    name: str,
+    args: ManagedMetricsArgs,
+    *,
+    namespace: str,
+    workload_namespaces: Sequence[str],
+    interval: str,
+    labels: dict[str, str],
+    on_k8s: pulumi.ResourceOptions,
+    on_cloud: pulumi.ResourceOptions,
+) -> list[pulumi.Resource]:
+    import pulumi_azure_native as azure_native
+
+    workspace = azure_native.monitor.AzureMonitorWorkspace(
+        f"{name}-workspace",
+        azure_monitor_workspace_name=args.workspace_name,
+        resource_group_name=args.azure_resource_group,
+        location=args.azure_location,
+        opts=on_cloud,
+    )
+    monitor = metrics_scrape.worker_pod_monitor(
+        api_version="azmonitoring.coreos.com/v1",
+        name="ray-nodes",
+        namespace=namespace,
+        watched_namespaces=workload_namespaces,
+        labels=labels,
+        interval=interval,
+        node_types=("head", "worker"),
+    )
+    return [workspace, custom_resource(f"{name}-ray-nodes", monitor, on_k8s)]
