@@ -1,5 +1,7 @@
-// Cluster picker of the Ray History Server: lists /clusters, filters them, and
-// enters one through /enter_cluster/... before opening the Ray Dashboard.
+// The history list of the Ray History Server: pages through /clusters (filters failed,
+// owner and dates on the server; text, namespace and "live only" on the loaded rows),
+// sorts the loaded rows by any column, links each to its /sessions/... URL and enters
+// one through /enter_cluster/... before opening the Ray Dashboard.
 // All text goes through textContent (never innerHTML): names come from storage.
 "use strict";
 
@@ -7,7 +9,13 @@
   // Relative to where the page is served, so a path prefix in front of the server works.
   const base = window.location.pathname.replace(/select_cluster\/?$/, "");
   const $ = (id) => document.getElementById(id);
+  const PAGE = 100;
+  const LIST = "clusters";
+  const TEXT_COLUMNS = new Set(["cluster", "namespace", "owner"]);
   let clusters = [];
+  let nextCursor = null;
+  let loading = 0; // the latest load: answers of older ones (filters changed since) are dropped
+  let order = { key: null, dir: 1 };
 
   function el(tag, attrs, children) {
     const node = document.createElement(tag);
@@ -27,21 +35,69 @@
     status.hidden = !text;
   }
 
-  function createdDay(cluster) {
+  // ------------------------------------------------------------ values
+  function startMs(cluster) {
+    const summary = cluster.summary;
+    if (summary && Number.isFinite(summary.start)) return summary.start;
     const seconds = Number(cluster.createTimeStamp);
-    return Number.isFinite(seconds) && seconds > 0 ? new Date(seconds * 1000) : null;
+    return Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : null;
   }
 
-  function formatTime(cluster) {
-    const when = createdDay(cluster);
-    return when ? when.toISOString().replace("T", " ").replace(/\.\d+Z$/, "") : String(cluster.createTime || "");
+  function formatMs(ms) {
+    return Number.isFinite(ms) ? new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "") : "";
   }
 
+  function formatDuration(seconds) {
+    if (!Number.isFinite(seconds)) return "";
+    if (seconds < 60) return `${seconds.toFixed(1)}s`;
+    const whole = Math.floor(seconds);
+    const hours = Math.floor(whole / 3600);
+    const minutes = Math.floor((whole % 3600) / 60);
+    const secs = String(whole % 60).padStart(2, "0");
+    return hours ? `${hours}h${String(minutes).padStart(2, "0")}m${secs}s` : `${minutes}m${secs}s`;
+  }
+
+  function jobCounts(summary) {
+    const jobs = (summary && summary.jobs) || {};
+    const total = Object.values(jobs).reduce((a, b) => a + b, 0);
+    return { failed: jobs.FAILED || 0, total };
+  }
+
+  function sortValue(cluster, key) {
+    const summary = cluster.summary || {};
+    switch (key) {
+      case "cluster": return `${cluster.name} ${cluster.sessionName}`;
+      case "namespace": return cluster.namespace;
+      case "owner": return cluster.ownerName ? `${cluster.ownerKind}/${cluster.ownerName}` : null;
+      case "start": return startMs(cluster);
+      case "end": return Number.isFinite(summary.end) ? summary.end : null;
+      case "duration": return Number.isFinite(summary.durationSeconds) ? summary.durationSeconds : null;
+      case "jobs": {
+        if (!cluster.summary) return null;
+        const { failed, total } = jobCounts(summary);
+        return failed * 1e6 + total; // failed jobs first, then how many
+      }
+      case "failedTasks": return Number.isFinite(summary.failedTasks) ? summary.failedTasks : null;
+      case "nodes": return Number.isFinite(summary.nodes) ? summary.nodes : null;
+      default: return null;
+    }
+  }
+
+  function sorted(rows) {
+    if (!order.key) return rows; // the server's order: live first, then newest first
+    const keyed = rows.map((row, i) => [sortValue(row, order.key), i, row]);
+    keyed.sort((a, b) => {
+      if (a[0] === null || b[0] === null) return a[0] === b[0] ? a[1] - b[1] : a[0] === null ? 1 : -1; // unknown last
+      const cmp = typeof a[0] === "string" ? a[0].localeCompare(b[0]) : a[0] - b[0];
+      return cmp * order.dir || a[1] - b[1];
+    });
+    return keyed.map((k) => k[2]);
+  }
+
+  // ------------------------------------------------------------ rendering
   function matches(cluster) {
     const text = $("f-text").value.trim().toLowerCase();
     const namespace = $("f-namespace").value;
-    const from = $("f-from").value;
-    const to = $("f-to").value;
     if ($("f-live").checked && cluster.sessionName !== "live") return false;
     if (namespace && cluster.namespace !== namespace) return false;
     if (text) {
@@ -49,39 +105,81 @@
         .filter(Boolean).join(" ").toLowerCase();
       if (!text.split(/\s+/).every((word) => haystack.includes(word))) return false;
     }
-    const when = createdDay(cluster);
-    if ((from || to) && !when) return false;
-    const day = when ? when.toISOString().slice(0, 10) : "";
-    if (from && day < from) return false;
-    if (to && day > to) return false;
     return true;
   }
 
-  function render() {
-    const rows = $("rows");
-    rows.replaceChildren();
-    const shown = clusters.filter(matches);
-    for (const cluster of shown) {
-      const live = cluster.sessionName === "live";
-      const owner = cluster.ownerKind
-        ? [el("span", { class: "badge owner", text: cluster.ownerKind }), document.createTextNode(cluster.ownerName || "")]
-        : [document.createTextNode("-")];
-      const session = live ? [el("span", { class: "badge live", text: "Live" })] : [document.createTextNode(cluster.sessionName)];
-      const button = el("button", { class: "open", type: "button", text: live ? "Open live" : "Open" });
-      button.addEventListener("click", () => enter(cluster, button));
-      rows.appendChild(el("tr", {}, [
-        el("td", { text: cluster.name }),
-        el("td", { text: cluster.namespace }),
-        el("td", {}, owner),
-        el("td", { class: "session" }, session),
-        el("td", { text: formatTime(cluster) }),
-        el("td", {}, [button]),
-      ]));
+  function shareUrl(cluster) {
+    return cluster.url ? new URL(base + cluster.url.replace(/^\//, ""), window.location.href).href : null;
+  }
+
+  function jobsCell(cluster) {
+    if (cluster.sessionName === "live") return [el("span", { class: "muted", text: "running" })];
+    if (!cluster.summary) {
+      const indexing = cluster.indexing;
+      const text = indexing ? `indexing: ${indexing.phase}` : "not indexed yet";
+      return [el("span", { class: "muted", text, title: "open it once (or index ahead) to see its outcome" })];
     }
+    const chips = Object.entries(cluster.summary.jobs || {}).map(([status, count]) =>
+      el("span", { class: `chip status-${status || "UNKNOWN"}`, text: `${count} ${status || "status unknown"}` }));
+    return chips.length ? chips : [el("span", { class: "muted", text: "no jobs" })];
+  }
+
+  function cell(text, className) {
+    return el("td", className ? { text, class: className } : { text });
+  }
+
+  function row(cluster) {
+    const live = cluster.sessionName === "live";
+    const summary = cluster.summary || {};
+    const link = shareUrl(cluster);
+    const name = link
+      ? el("a", { class: "session-link", href: link, text: cluster.name, title: "open this session's Dashboard" })
+      : document.createTextNode(cluster.name);
+    const owner = cluster.ownerKind
+      ? [el("span", { class: "badge owner", text: cluster.ownerKind }), document.createTextNode(cluster.ownerName || "")]
+      : [document.createTextNode("-")];
+    const session = live
+      ? el("span", { class: "badge live", text: "Live" })
+      : el("span", { class: "session", text: cluster.sessionName });
+    const open = el("button", { class: "open", type: "button", text: live ? "Open live" : "Open" });
+    open.addEventListener("click", () => enter(cluster, open));
+    const actions = [open];
+    if (link) {
+      const copy = el("button", { class: "copy", type: "button", text: "Copy link", title: link });
+      copy.addEventListener("click", () => copyLink(link, copy));
+      actions.push(copy);
+    }
+    const failedTasks = Number.isFinite(summary.failedTasks) ? String(summary.failedTasks) : "";
+    const tr = el("tr", {}, [
+      el("td", { class: "name" }, [name, el("br"), session]),
+      cell(cluster.namespace),
+      el("td", {}, owner),
+      cell(formatMs(startMs(cluster)), "time"),
+      cell(formatMs(summary.end), "time"),
+      cell(formatDuration(summary.durationSeconds), "num"),
+      el("td", { class: "jobs" }, jobsCell(cluster)),
+      cell(failedTasks, summary.failedTasks > 0 ? "num failed" : "num"),
+      cell(Number.isFinite(summary.nodes) ? String(summary.nodes) : "", "num"),
+      el("td", { class: "actions" }, actions),
+    ]);
+    if (summary.failed) tr.classList.add("has-failed");
+    return tr;
+  }
+
+  function render() {
+    const shown = sorted(clusters.filter(matches));
+    $("rows").replaceChildren(...shown.map(row));
     $("clusters").hidden = shown.length === 0;
-    if (!clusters.length) setStatus("No clusters found: nothing is running and no session has been stored yet.");
-    else if (!shown.length) setStatus("No cluster matches the filters.");
-    else setStatus(`${shown.length} of ${clusters.length} cluster sessions`);
+    for (const th of document.querySelectorAll("th[data-sort]")) {
+      const key = th.getAttribute("data-sort");
+      if (key === order.key) th.setAttribute("aria-sort", order.dir > 0 ? "ascending" : "descending");
+      else th.removeAttribute("aria-sort");
+    }
+    $("more").hidden = !nextCursor;
+    const more = nextCursor ? "; more on the server (Load more)" : "";
+    if (!clusters.length) setStatus(nextCursor ? "No cluster on this page matches." : "No clusters found for these filters (or nothing stored yet).");
+    else if (!shown.length) setStatus(`No loaded cluster matches the filters${more}.`);
+    else setStatus(`${shown.length} of ${clusters.length} cluster sessions${more}`);
   }
 
   function fillNamespaces() {
@@ -92,10 +190,26 @@
     if (names.includes(current)) select.value = current;
   }
 
-  async function load() {
-    setStatus("Loading clusters...");
+  // ------------------------------------------------------------ loading
+  function listUrl(cursor) {
+    const params = new URLSearchParams({ limit: String(PAGE) });
+    if ($("f-failed").checked) params.set("failed", "true");
+    const owner = $("f-owner").value.trim();
+    if (owner) params.set("owner", owner);
+    if ($("f-from").value) params.set("since", $("f-from").value);
+    if ($("f-to").value) params.set("until", $("f-to").value);
+    if (cursor) params.set("cursor", cursor);
+    return `${base}${LIST}?${params}`;
+  }
+
+  async function load(append) {
+    const mine = ++loading;
+    const cursor = append ? nextCursor : null;
+    setStatus(append ? "Loading more..." : "Loading clusters...");
+    $("more").disabled = true;
     try {
-      const response = await fetch(base + "clusters", { credentials: "same-origin", cache: "no-store" });
+      const response = await fetch(listUrl(cursor), { credentials: "same-origin", cache: "no-store" });
+      if (mine !== loading) return;
       if (!response.ok) throw new Error(`${response.status} ${await errorText(response)}`);
       const notices = [];
       if (response.headers.get("X-Live-Discovery") === "unavailable") notices.push("Live clusters could not be listed; only stored sessions are shown.");
@@ -103,11 +217,18 @@
       $("notice").textContent = notices.join(" ");
       $("notice").hidden = notices.length === 0;
       const body = await response.json();
-      clusters = Array.isArray(body) ? body : [];
+      if (mine !== loading) return;
+      const page = Array.isArray(body) ? body : [];
+      clusters = append ? clusters.concat(page) : page;
+      nextCursor = response.headers.get("X-Next-Cursor");
       fillNamespaces();
       render();
     } catch (err) {
+      if (mine !== loading) return;
+      if (!append) { clusters = []; nextCursor = null; render(); }
       setStatus(`Could not load clusters: ${err.message}`, true);
+    } finally {
+      if (mine === loading) $("more").disabled = false;
     }
   }
 
@@ -117,6 +238,34 @@
       return (body && (body.msg || (typeof body === "string" ? body : ""))) || response.statusText;
     } catch (_) {
       return response.statusText;
+    }
+  }
+
+  // ------------------------------------------------------------ actions
+  async function copyLink(link, button) {
+    let copied = false;
+    try {
+      if (navigator.clipboard && window.isSecureContext) {
+        await navigator.clipboard.writeText(link);
+        copied = true;
+      }
+    } catch (_) {
+      copied = false;
+    }
+    if (!copied) {
+      // Plain http (no Clipboard API): the old way, through a selected off-screen field.
+      const field = el("textarea", { class: "offscreen", readonly: "" });
+      field.value = link;
+      document.body.appendChild(field);
+      field.select();
+      try { copied = document.execCommand("copy"); } catch (_) { copied = false; }
+      field.remove();
+    }
+    if (copied) {
+      button.textContent = "Copied";
+      setTimeout(() => { button.textContent = "Copy link"; }, 1500);
+    } else {
+      setStatus(`Copy this link: ${link}`);
     }
   }
 
@@ -158,16 +307,33 @@
       if (body.result !== "success") throw new Error(body.msg || "unexpected answer");
       window.location.assign(base + "#/overview");
     } catch (err) {
-      render();  // fresh, enabled buttons
+      render(); // fresh, enabled buttons
       setStatus(`Could not open ${cluster.namespace}/${cluster.name}: ${err.message}`, true);
     }
   }
 
+  function sortBy(key) {
+    order = order.key === key ? { key, dir: -order.dir } : { key, dir: TEXT_COLUMNS.has(key) ? 1 : -1 };
+    render();
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
-    for (const id of ["f-text", "f-namespace", "f-from", "f-to", "f-live"]) $(id).addEventListener("input", render);
+    // On the loaded rows, at once:
+    for (const id of ["f-text", "f-namespace", "f-live"]) $(id).addEventListener("input", render);
     $("f-live").addEventListener("change", render);
+    // Server-side filters: the first page again.
+    for (const id of ["f-failed", "f-from", "f-to"]) $(id).addEventListener("change", () => load(false));
+    let ownerTimer = null;
+    $("f-owner").addEventListener("input", () => {
+      clearTimeout(ownerTimer);
+      ownerTimer = setTimeout(() => load(false), 300);
+    });
     $("filters").addEventListener("submit", (event) => event.preventDefault());
-    $("refresh").addEventListener("click", load);
-    load();
+    $("refresh").addEventListener("click", () => load(false));
+    $("more").addEventListener("click", () => load(true));
+    for (const th of document.querySelectorAll("th[data-sort]")) {
+      th.querySelector("button").addEventListener("click", () => sortBy(th.getAttribute("data-sort")));
+    }
+    load(false);
   });
 })();

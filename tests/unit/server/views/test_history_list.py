@@ -280,3 +280,26 @@ def test_pages_and_summaries_only_cover_readable_namespaces(tmp_path: Path) -> N
             if query.startswith("?limit=1") or query == "?since=2026-01-01":
                 assert json.loads(body)[0]["sessionName"] == SESSION_A
             assert "X-Next-Cursor" not in answer.headers, query
+
+
+# ------------------------------------------------------------------ the picker's assets
+def test_the_pickers_fonts_are_the_dashboards_own(client: FlaskClient) -> None:
+    """The picker loads Roboto from the Ray Dashboard build this server serves (no CDN):
+    each font the CSS names must exist in the installed build, else a Ray upgrade
+    silently changes the picker's look."""
+    import re
+
+    from runtime.server.views.ui import find_dashboard_build
+
+    css = client.get("/select_cluster.css").get_data(as_text=True)
+    fonts = re.findall(r'url\("(static/media/[^"]+\.woff2)"\)', css)
+    assert len(fonts) == 2 and "http" not in css
+    build = find_dashboard_build(None)
+    assert build is not None, "the ray package (dev extra) ships the Dashboard build"
+    for font in fonts:
+        assert (build / font).is_file(), font
+        served = client.get("/" + font)
+        assert served.status_code == 200 and served.data[:4] == b"wOF2", font
+    js = client.get("/select_cluster.js").get_data(as_text=True)
+    for needle in ("X-Next-Cursor", "failed", "navigator.clipboard", 'document.execCommand("copy")', "aria-sort"):
+        assert needle in js, needle
