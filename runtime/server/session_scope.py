@@ -19,6 +19,7 @@ from flask import Flask, redirect, request
 from werkzeug.wrappers import Response as BaseResponse
 
 from runtime.server.auth import authorize
+from runtime.server.auth.gate import OPEN_ENDPOINTS
 from runtime.server.context import services
 from runtime.server.errors import ApiError, IndexBuildingError
 from runtime.server.live.discovery import LiveCluster, LiveDiscoveryError
@@ -106,6 +107,10 @@ def select_from_path() -> BaseResponse | None:
     if found is None:
         return None
     target, rest = found
+    endpoint = request.endpoint or ""
+    if endpoint in OPEN_ENDPOINTS or endpoint.startswith("auth."):
+        # Probes, metrics and login are the server's, not a session's (and skip authentication).
+        raise ApiError(404, f"{request.path}: not served under a session URL (use it without {PREFIX}...)")
     authorize(target.namespace, target.name, target.session)
     if not rest:
         # The page's URLs are relative: without the trailing "/" they would miss the session.

@@ -138,3 +138,16 @@ def test_kubernetes_api_down_is_503(world: tuple[Flask, Flask, AuthApiStub, Stor
     answer = guarded.test_client().get(url, headers=_headers(DEFAULT_USER))
     assert answer.status_code == 503, (url, answer.status_code)
     _assert_no_leak(answer.get_data(as_text=True))
+
+
+@pytest.mark.parametrize("rest", ["livez", "readz", "metrics"])
+@pytest.mark.parametrize("token", [None, DEFAULT_USER], ids=["anonymous", "allowed"])
+def test_server_routes_are_not_served_under_a_session_url(
+    world: tuple[Flask, Flask, AuthApiStub, StoredSample], rest: str, token: str | None
+) -> None:
+    """Probes, metrics and login skip authentication: under a session URL they are 404, so
+    nothing there is answered (nor a session looked up) for a caller nobody authenticated."""
+    for app in world[:2]:
+        answer = app.test_client().get(A_URL + rest, headers=_headers(token))
+        assert answer.status_code == 404, (rest, answer.status_code)
+        assert "not served under a session URL" in answer.get_json()["msg"]
