@@ -6,6 +6,7 @@ every upload is refused."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ from tests.integration.conftest import TEST_RETRY
 from tests.integration.emulators.azurite import ACCOUNT, ACCOUNT_KEY, AzuriteEmulator
 from tests.integration.emulators.base import Emulator
 from tests.integration.emulators.registry import EmulatorPool
-from tests.support.sample_session import StoredSample, write_sample_session
+from tests.support.sample_session import RUN_B, StoredSample, write_sample_session
 
 pytestmark = pytest.mark.integration
 
@@ -181,3 +182,36 @@ def test_a_read_only_identity_answers_although_uploads_are_refused(
         assert _metric(writer, "historyserver_shared_index_uploads_total", result="failed") == 1
         assert _index_keys(store) == []
         assert len([r for r in caplog.records if "cannot publish the shared index" in r.getMessage()]) == 1
+
+
+def test_gc_deletes_an_ended_sessions_indexes_from_azures_index_container(
+    azurite: AzuriteEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runtime.cli import main as cli_main
+
+    bucket, index_container = _bucket(azurite), _bucket(azurite)
+    with (
+        azurite.make_store(bucket, retry=TEST_RETRY) as store,
+        azurite.make_store(index_container, retry=TEST_RETRY) as indexes,
+    ):
+        ended = write_sample_session(store, LAYOUT)
+        running = write_sample_session(store, LAYOUT, run=RUN_B)  # newer: ends the first
+        assert running.session > ended.session
+        writer = _app(azurite, bucket, tmp_path / "w", "write", store, shared_index_container=index_container)
+        for sample in (ended, running):
+            _answers(writer, sample)
+        _wait_for_uploads(writer)
+        before = _index_keys(indexes)
+        assert len(before) == 4
+        time.sleep(1.5)  # Azurite keeps the real write times: the sessions must age past --older-than
+        for name, value in azurite.env(bucket).items():
+            monkeypatch.setenv(name, value)
+        argv = ["gc", "--older-than=1s", "--json", f"--shared-index-container={index_container}"]
+        assert cli_main.main([*argv, "--dry-run"]) == 0
+        rows = {row["session"]: row for row in map(json.loads, capsys.readouterr().out.splitlines())}
+        assert rows[ended.session]["action"] == "would delete"
+        assert len(rows[ended.session]["index_objects"]) == 2 and _index_keys(indexes) == before
+        assert cli_main.main(argv) == 0
+        capsys.readouterr()
+        left = _index_keys(indexes)
+        assert left == [k for k in before if f"/{running.session}/" in k] and len(left) == 2
