@@ -22,6 +22,7 @@ from infra.config_checks import (
     check_index_container,
     check_namespaces,
 )
+from infra.config_metrics import check_metrics
 from infra.config_model import (
     DEFAULT_KUBERAY_VERSION,
     AwsSettings,
@@ -32,6 +33,7 @@ from infra.config_model import (
     HistoryServerSettings,
     ImageSettings,
     KubeRaySettings,
+    MetricsSettings,
     RetentionSettings,
     StackConfig,
     StorageSettings,
@@ -48,6 +50,7 @@ from infra.config_values import (
     _Section,
     _typed,
 )
+from ray_history_pulumi.metrics import METRICS_MODES, check_url
 from ray_history_pulumi.storage_common import SHARED_INDEX_MODES
 
 __all__ = [
@@ -61,6 +64,7 @@ __all__ = [
     "HistoryServerSettings",
     "ImageSettings",
     "KubeRaySettings",
+    "MetricsSettings",
     "RetentionSettings",
     "StackConfig",
     "StorageSettings",
@@ -82,6 +86,9 @@ _REPOSITORY = re.compile(r"^[a-z][a-z0-9-]*(/[a-z0-9][a-z0-9._-]*)*$")
 _STACK_NAME = re.compile(r"^[\w.-]+/[\w.-]+/[\w.-]+$|^[\w.-]+$")
 # Azure blob container names.
 _CONTAINER = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$")
+# Prometheus durations, and volume sizes.
+_DURATION = re.compile(r"^[1-9]\d*(ms|s|m|h|d|w|y)$")
+_METRICS_SIZE = re.compile(r"^[1-9]\d*(Mi|Gi|Ti)$")
 
 # --- sections -----------------------------------------------------------------------------------
 
@@ -194,6 +201,51 @@ def _workloads(s: _Section) -> WorkloadSettings:
     )
 
 
+def _metrics_duration(value: str, key: str, example: str) -> str:
+    if not _DURATION.match(value):
+        raise ConfigError(f"{_key('metrics.' + key)} must be a Prometheus duration like {example} (got {value!r})")
+    return value
+
+
+def _metrics_url(value: str, key: str) -> str:
+    if not value:
+        return ""
+    try:
+        return check_url(value, key)
+    except ValueError:
+        raise ConfigError(f"{_key('metrics.' + key)} must be an http:// or https:// URL (got {value!r})") from None
+
+
+def _metrics(s: _Section) -> MetricsSettings:
+    size = s.get("storageSize", str, MetricsSettings.storage_size)
+    if not _METRICS_SIZE.match(size):
+        raise ConfigError(f"{_key('metrics.storageSize')} must be a size like 50Gi (got {size!r})")
+    storage_class = s.get("storageClass", str, "")
+    if storage_class and not _DNS_SUBDOMAIN.match(storage_class):
+        raise ConfigError(f"{_key('metrics.storageClass')} must be a StorageClass name (got {storage_class!r})")
+    chart = s.get("chartVersion", str, MetricsSettings.chart_version)
+    if not _SEMVER.match(chart) or chart.startswith("v"):
+        raise ConfigError(f"{_key('metrics.chartVersion')} must be a chart version like 83.6.0 (got {chart!r})")
+    datasource = s.get("datasource", str, MetricsSettings.datasource)
+    if not datasource.strip():
+        raise ConfigError(f"{_key('metrics.datasource')} must name the Grafana datasource")
+    return MetricsSettings(
+        mode=s.choice("mode", METRICS_MODES, MetricsSettings.mode),
+        namespace=s.dns_label("namespace", MetricsSettings.namespace),
+        chart_version=chart,
+        retention=_metrics_duration(s.get("retention", str, MetricsSettings.retention), "retention", "90d"),
+        storage_size=size,
+        storage_class=storage_class,
+        scrape_interval=_metrics_duration(
+            s.get("scrapeInterval", str, MetricsSettings.scrape_interval), "scrapeInterval", "15s"
+        ),
+        prometheus_url=_metrics_url(s.get("prometheusUrl", str, ""), "prometheusUrl"),
+        grafana_url=_metrics_url(s.get("grafanaUrl", str, ""), "grafanaUrl"),
+        datasource=datasource,
+        dashboards=s.get("dashboards", bool, True),
+    )
+
+
 def _gcp(s: _Section) -> GcpSettings:
     members = s.get("imagePullMembers", list, [])
     for index, member in enumerate(members):
@@ -300,6 +352,7 @@ def parse_config(raw: Mapping[str, object]) -> StackConfig:
         access=_read_section(root, "access", read_access) or default_access(),
         kuberay=_read_section(root, "kuberay", _kuberay) or KubeRaySettings(),
         workloads=_read_section(root, "workloads", _workloads) or WorkloadSettings(),
+        metrics=_read_section(root, "metrics", _metrics) or MetricsSettings(),
         **sections,
     )
     root.reject_unknown()
@@ -309,6 +362,7 @@ def parse_config(raw: Mapping[str, object]) -> StackConfig:
     resolve_ingress(config.access, config.cloud)
     check_image_pull(config)
     check_index_container(config)
+    check_metrics(config)
     if config.images.build and not config.images.registry and config.cloud == "kind":
         # On the clouds the stack creates a registry; kind needs the local one.
         raise ConfigError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ray_history_pulumi.metrics import DEFAULT_DATASOURCE, KPS_CHART_VERSION
 from ray_history_pulumi.server_access import ServerAccess
 
 #: Default chart version of the KubeRay operator (the RayClusterHistoryServer gate needs >= 1.7).
@@ -113,6 +114,44 @@ class HistoryServerSettings:
     cache_storage_class: str = ""
     cluster_role_name: str = "raycluster-reader"
     shared_index: str = "read"
+
+
+@dataclass(frozen=True)
+class MetricsSettings:
+    """Ray's metrics in a Prometheus that outlives Ray clusters, and Ray's Grafana dashboards (docs/metrics.md).
+
+    Attributes:
+        mode: ``off``; ``kube-prometheus-stack`` (the program installs it: Prometheus on a
+            volume, Grafana with Ray's dashboards, scrape objects for Ray pods); ``managed``
+            (the cloud's managed Prometheus: GKE Managed Service for Prometheus, Amazon Managed
+            Service for Prometheus, Azure Monitor managed Prometheus, with the scrape objects and
+            Ray's dashboards for a Grafana with the dashboard sidecar); ``external`` (the team's
+            own Prometheus and Grafana at ``prometheusUrl`` / ``grafanaUrl``; nothing installed).
+        namespace: namespace of the kube-prometheus-stack release, and of the dashboards' ConfigMaps.
+        chart_version: kube-prometheus-stack chart version.
+        retention: how long Prometheus keeps samples (a Prometheus duration, ``90d``): how long a
+            dead session's charts can be seen.
+        storage_size: Prometheus's PersistentVolume.
+        storage_class: its StorageClass; empty = the cluster's default.
+        scrape_interval: how often Ray pods are scraped (a Prometheus duration).
+        prometheus_url: ``managed``, ``external``: the Prometheus HTTP API as the history server
+            reaches it (required there; an http:// or https:// URL).
+        grafana_url: ``managed``, ``external``: Grafana as the history server reaches it (optional).
+        datasource: the Grafana datasource name of the store (the server's ``--prometheus-datasource``).
+        dashboards: provision Ray's Grafana dashboards (``kube-prometheus-stack``, ``managed``).
+    """
+
+    mode: str = "off"
+    namespace: str = "ray-metrics"
+    chart_version: str = KPS_CHART_VERSION
+    retention: str = "90d"
+    storage_size: str = "50Gi"
+    storage_class: str = ""
+    scrape_interval: str = "15s"
+    prometheus_url: str = ""
+    grafana_url: str = ""
+    datasource: str = DEFAULT_DATASOURCE
+    dashboards: bool = True
 
 
 @dataclass(frozen=True)
@@ -258,6 +297,7 @@ class StackConfig:
     access: ServerAccess = field(default_factory=ServerAccess)
     kuberay: KubeRaySettings = field(default_factory=KubeRaySettings)
     workloads: WorkloadSettings = field(default_factory=WorkloadSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
     gcp: GcpSettings | None = None
     aws: AwsSettings | None = None
     azure: AzureSettings | None = None

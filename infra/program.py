@@ -24,6 +24,8 @@ from infra.providers import cloud_provider, kubernetes_provider
 from ray_history_pulumi.contracts import SERVER_SERVICE_ACCOUNT, ServiceAccountRef, StorageWiring
 from ray_history_pulumi.history_server import SERVICE_PORT, HistoryServerArgs, HistoryServerK8s
 from ray_history_pulumi.kuberay import KubeRayOperator, KubeRayOperatorArgs
+from ray_history_pulumi.metrics import RayMetrics, RayMetricsArgs
+from ray_history_pulumi.metrics_managed import ManagedMetricsArgs
 from ray_history_pulumi.retention import RETENTION_SERVICE_ACCOUNT, SessionRetention, SessionRetentionArgs
 from ray_history_pulumi.server_access import ray_token_reader_roles
 from ray_history_pulumi.workloads import RayWorkloadAccounts, RayWorkloadAccountsArgs
@@ -43,6 +45,7 @@ class Deployment:
     kuberay: KubeRayOperator | None
     outputs: dict[str, Any]
     retention: SessionRetention | None = None
+    metrics: RayMetrics | None = None
 
 
 def precreated_namespaces(config: StackConfig, on_k8s: pulumi.ResourceOptions) -> dict[str, k8s.core.v1.Namespace]:
@@ -107,6 +110,43 @@ def grant_ray_token_reads(
             )
 
 
+def metrics_for(
+    config: StackConfig, cluster: Cluster, cloud: pulumi.ProviderResource | None, on_k8s: pulumi.ResourceOptions
+) -> RayMetrics | None:
+    """Ray's metrics store and dashboards (``metrics.mode``); None with ``off``."""
+    settings = config.metrics
+    if settings.mode == "off":
+        return None
+    managed = None
+    if settings.mode == "managed":
+        managed = ManagedMetricsArgs(
+            cloud=config.cloud,
+            cloud_provider=cloud,
+            eks_cluster_name=(cluster.name or config.aws.cluster_name) if config.aws is not None else None,
+            azure_resource_group=cluster.azure_resource_group,
+            azure_location=config.azure.location if config.azure is not None else "",
+        )
+    return RayMetrics(
+        "metrics",
+        RayMetricsArgs(
+            mode=settings.mode,
+            workload_namespaces=list(config.workloads.namespaces),
+            namespace=settings.namespace,
+            chart_version=settings.chart_version,
+            retention=settings.retention,
+            storage_size=settings.storage_size,
+            storage_class=settings.storage_class,
+            scrape_interval=settings.scrape_interval,
+            prometheus_url=settings.prometheus_url,
+            grafana_url=settings.grafana_url,
+            datasource=settings.datasource,
+            dashboards=settings.dashboards,
+            managed=managed,
+        ),
+        opts=on_k8s,
+    )
+
+
 def deploy(config: StackConfig | None = None) -> Deployment:
     """Create every resource of the stack and export its outputs."""
     config = config or load_config()
@@ -152,6 +192,7 @@ def deploy(config: StackConfig | None = None) -> Deployment:
             opts=on_k8s,
         )
     settle_front_door(config, cloud)
+    metrics = metrics_for(config, cluster, cloud, on_k8s)
     history_server = HistoryServerK8s(
         "history",
         HistoryServerArgs(
@@ -168,6 +209,7 @@ def deploy(config: StackConfig | None = None) -> Deployment:
             access=config.access,
             ingress=config.access.ingress,
             cluster_role_annotations=cluster_role_annotations(config, cluster.kubeconfig),
+            metrics_env=metrics.server_env if metrics else {},
         ),
         opts=on_k8s,
     )
@@ -225,9 +267,11 @@ def deploy(config: StackConfig | None = None) -> Deployment:
         ),
         "kuberayNamespace": config.kuberay.namespace if kuberay else None,
         "retentionDays": config.retention.days,
+        # Where the server reads Ray's metrics (empty with metrics.mode off).
+        "metrics": {"mode": config.metrics.mode, **(metrics.server_env if metrics else {})},
     }
     for name, value in outputs.items():
         pulumi.export(name, value)
     return Deployment(
-        config, k8s_provider, cloud, cluster, wiring, history_server, workloads, kuberay, outputs, retention
+        config, k8s_provider, cloud, cluster, wiring, history_server, workloads, kuberay, outputs, retention, metrics
     )

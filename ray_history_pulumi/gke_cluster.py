@@ -142,6 +142,10 @@ class GkeCluster(pulumi.ComponentResource):
             "subnetwork": args.subnetwork,
             "deletion_protection": args.deletion_protection,
             "release_channel": {"channel": "REGULAR"},
+            # Managed collection of Google Cloud Managed Service for Prometheus (metrics.mode
+            # managed reads Ray's PodMonitorings through it); the default on new clusters since
+            # GKE 1.27, set so it does not depend on the version.
+            "monitoring_config": {"managed_prometheus": {"enabled": True}},
         }
         # Nodes boot already writing logs: the role is in place before any node exists.
         after_role = pulumi.ResourceOptions(parent=self, depends_on=[node_role, *args.depends_on])

@@ -221,6 +221,11 @@ def _default_calls() -> dict[str, Callable[[State], State]]:
             "arn": f"arn:aws:iam::{AWS_ACCOUNT}:user/mock",
             "userId": "MOCK",
         },
+        "aws:eks/getCluster:getCluster": lambda a: {
+            "name": a.get("name", "ray"),
+            "arn": f"arn:aws:eks:{AWS_REGION}:{AWS_ACCOUNT}:cluster/{a.get('name', 'ray')}",
+            "vpcConfig": {"subnetIds": ["subnet-a", "subnet-b"], "clusterSecurityGroupId": "sg-cluster"},
+        },
         "aws:index/getRegion:getRegion": lambda a: {"name": AWS_REGION, "region": AWS_REGION},
         "aws:index/getPartition:getPartition": lambda a: {"partition": "aws", "dnsSuffix": "amazonaws.com"},
         "aws:ecr/getAuthorizationToken:getAuthorizationToken": lambda a: {

@@ -184,7 +184,9 @@ def test_kubernetes_provider_uses_the_stack_kubeconfig_and_context(run: StackRun
 
 
 def test_kuberay_release_turns_the_history_gate_on(run: StackRun) -> None:
-    release = run.mocks.one("kubernetes:helm.sh/v3:Release")
+    (release,) = [
+        r for r in run.mocks.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["chart"] == "kuberay-operator"
+    ]
     gates = {g["name"]: g["enabled"] for g in release.inputs["values"]["featureGates"]}
     assert gates[HISTORY_SERVER_GATE] is True
     assert gates["RayClusterStatusConditions"] is True, "the chart's default gates are kept"
