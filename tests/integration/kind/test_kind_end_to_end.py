@@ -8,15 +8,17 @@ missing, otherwise). What it does:
 2. ``pulumi up`` of the ``kind`` stack through the Automation API (work_dir = the
    repository, file backend in a temporary directory): the program builds the
    collector and server images and pushes them to that registry, installs MinIO,
-   KubeRay 1.7 with the ``RayClusterHistoryServer`` gate, the history server and the
-   workload service account;
+   KubeRay 1.7 with the ``RayClusterHistoryServer`` gate, kube-prometheus-stack, the
+   history server and the workload service account;
 3. applies a RayJob carrying the stack's ``historyServerOptions`` output (KubeRay
    injects the collector), with ``shutdownAfterJobFinishes`` and
    ``ttlSecondsAfterFinished``, waits for it to succeed and for its RayCluster to be
    deleted;
 4. port-forwards the history server Service and reads the job, its tasks and a
    task's log from storage;
-5. destroys the stack, deletes the cluster (and the registry if it started it).
+5. with the stack's ``metrics.mode: kube-prometheus-stack``: the server reports Prometheus
+   healthy, and Prometheus answers a range query for the dead session's ``ray_node_mem_used``;
+6. destroys the stack, deletes the cluster (and the registry if it started it).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import os
 import shutil
 import socket
 import subprocess
+import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,7 +152,9 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _port_forward(cluster: KindCluster, namespace: str, service: str, port: int) -> Iterator[str]:
+def _port_forward(
+    cluster: KindCluster, namespace: str, service: str, port: int, probe: str = "/clusters"
+) -> Iterator[str]:
     local = _free_port()
     args = ["kubectl", "--kubeconfig", str(cluster.kubeconfig), "--context", cluster.context]
     process = subprocess.Popen(
@@ -158,16 +164,16 @@ def _port_forward(cluster: KindCluster, namespace: str, service: str, port: int)
     )
     base = f"http://127.0.0.1:{local}"
     try:
-        wait_for("the port-forward", lambda: True if _reachable(base) else None, timeout=60, interval=1)
+        wait_for("the port-forward", lambda: True if _reachable(base, probe) else None, timeout=60, interval=1)
         yield base
     finally:
         process.terminate()
         process.wait(timeout=10)
 
 
-def _reachable(base: str) -> bool:
+def _reachable(base: str, probe: str) -> bool:
     try:
-        return requests.get(f"{base}/clusters", timeout=5).status_code == 200
+        return requests.get(f"{base}{probe}", timeout=5).status_code == 200
     except requests.RequestException:
         return False
 
@@ -186,9 +192,9 @@ class _Client:
         return response.json() if is_json else response.text
 
 
-def test_rayjob_history_survives_its_cluster(cluster: KindCluster, stack_outputs: dict[str, Any]) -> None:
-    server = stack_outputs["historyServer"]
-    assert server["port"] == 30080
+@pytest.fixture(scope="module")
+def finished_job(cluster: KindCluster, stack_outputs: dict[str, Any]) -> dict[str, str]:
+    """A RayJob run to success whose RayCluster is gone: its namespace, name and cluster name."""
     account = stack_outputs["workloadServiceAccounts"][0]
     job_name = f"e2e-{uuid.uuid4().hex[:6]}"
     job = _rayjob(job_name, account["namespace"], account["name"], stack_outputs["historyServerOptions"])
@@ -215,16 +221,30 @@ def test_rayjob_history_survives_its_cluster(cluster: KindCluster, stack_outputs
         ),
         timeout=300,
     )
+    return {"namespace": account["namespace"], "job": job_name, "cluster": ray_cluster}
+
+
+def _stored_session(client: _Client, finished_job: dict[str, str]) -> dict[str, Any]:
+    def stored_session() -> dict[str, Any] | None:
+        entries = client.get(f"/clusters?namespace={finished_job['namespace']}&name={finished_job['job']}")
+        stored = [e for e in entries if e["sessionName"] != "live"]
+        return stored[0] if stored else None
+
+    entry: dict[str, Any] = wait_for("the stored session in /clusters", stored_session, timeout=180)
+    return entry
+
+
+def test_rayjob_history_survives_its_cluster(
+    cluster: KindCluster, stack_outputs: dict[str, Any], finished_job: dict[str, str]
+) -> None:
+    server = stack_outputs["historyServer"]
+    assert server["port"] == 30080
+    job_name, ray_cluster = finished_job["job"], finished_job["cluster"]
+    account = {"namespace": finished_job["namespace"]}
 
     with _port_forward(cluster, server["namespace"], server["name"], server["port"]) as base:
         client = _Client(base)
-
-        def stored_session() -> dict[str, Any] | None:
-            entries = client.get(f"/clusters?namespace={account['namespace']}&name={job_name}")
-            stored = [e for e in entries if e["sessionName"] != "live"]
-            return stored[0] if stored else None
-
-        entry = wait_for("the stored session in /clusters", stored_session, timeout=180)
+        entry = _stored_session(client, finished_job)
         assert entry["name"] == ray_cluster
         assert entry.get("ownerKind") == "rayjob" and entry.get("ownerName") == job_name
         entered = client.get(f"/enter_cluster/{account['namespace']}/rayjob/{job_name}/{entry['sessionName']}")
@@ -239,3 +259,45 @@ def test_rayjob_history_survives_its_cluster(cluster: KindCluster, stack_outputs
 
         log = client.get(f"/api/v0/logs/file?task_id={squares[0]['task_id']}&suffix=out&lines=100")
         assert TASK_MARKER in log
+
+
+def _query_range(prometheus: str, query: str, start: float, end: float) -> list[dict[str, Any]]:
+    params: dict[str, str | float] = {"query": query, "start": start, "end": end, "step": "5s"}
+    response = requests.get(f"{prometheus}/api/v1/query_range", params=params, timeout=30)
+    assert response.status_code == 200, f"query_range {query}: {response.status_code} {response.text[:500]}"
+    body = response.json()
+    assert body["status"] == "success", body
+    result: list[dict[str, Any]] = body["data"]["result"]
+    return result
+
+
+def test_metrics_survive_their_cluster(
+    cluster: KindCluster, stack_outputs: dict[str, Any], finished_job: dict[str, str]
+) -> None:
+    """metrics.mode kube-prometheus-stack: after the RayCluster is deleted, the history server
+    reports Prometheus healthy for the session, and Prometheus still answers a range query for
+    the session's node memory (scraped by the stack's ServiceMonitor/PodMonitor while it ran)."""
+    metrics = stack_outputs["metrics"]
+    assert metrics["mode"] == "kube-prometheus-stack"
+    prometheus_url = urllib.parse.urlsplit(metrics["PROMETHEUS_URL"])
+    service, namespace = str(prometheus_url.hostname).split(".")[:2]
+    server = stack_outputs["historyServer"]
+    with _port_forward(cluster, server["namespace"], server["name"], server["port"]) as base:
+        client = _Client(base)
+        entry = _stored_session(client, finished_job)
+        session = entry["sessionName"]
+        entered = client.get(f"/enter_cluster/{finished_job['namespace']}/rayjob/{finished_job['job']}/{session}")
+        assert entered["result"] == "success"
+        health = client.get("/api/prometheus_health")
+        assert health["result"] is True, health
+
+    with _port_forward(cluster, namespace, service, int(prometheus_url.port or 80), probe="/-/ready") as prometheus:
+        now = time.time()
+        query = f'ray_node_mem_used{{SessionName="{session}"}}'
+
+        def samples() -> list[dict[str, Any]] | None:
+            series = _query_range(prometheus, query, now - 3 * 3600, time.time())
+            return series if any(s["values"] for s in series) else None
+
+        series = wait_for(f"samples of {query}", samples, timeout=120, interval=5)
+        assert {s["metric"].get("ray_io_cluster") for s in series} == {finished_job["cluster"]}
