@@ -21,9 +21,10 @@ WRITER_OBJECT_ACTIONS = [
     "s3:ListMultipartUploadParts",
 ]
 WRITER_BUCKET_ACTIONS = ["s3:ListBucket", "s3:ListBucketMultipartUploads"]
-#: The server's actions on the shared-index prefix with ``shared_index="write"``: a PUT
-#: overwrites in place (no delete needed); large indexes go up in parts.
-INDEX_WRITE_ACTIONS = ["s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"]
+#: The server's actions on the shared-index prefix with ``shared_index="write"``: large
+#: indexes go up in parts, and a session re-indexed as its events grew replaces its older
+#: copy (another key: the events fingerprint is in it), so the superseded one is deleted.
+INDEX_WRITE_ACTIONS = ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"]
 
 
 def irsa_trust_policy(oidc_provider_arn: str, issuer_url: str, accounts: Sequence[ServiceAccountRef]) -> str:

@@ -92,6 +92,7 @@ def test_eks_server_policy_per_mode(mode: str) -> None:
     if mode == "write":
         expected["arn:aws:s3:::hist-bucket/history-index/*"] = [
             "s3:AbortMultipartUpload",
+            "s3:DeleteObject",
             "s3:ListMultipartUploadParts",
             "s3:PutObject",
         ]

@@ -354,17 +354,18 @@ def _server_policy_for(mocks: RecordingMocks, **overrides: Any) -> dict[str, Any
 def test_write_lets_the_server_upload_under_the_index_prefix_only(
     mocks: RecordingMocks, root_dir: str, index_arn: str
 ) -> None:
-    """``write``: ``s3:PutObject`` (an overwrite is a PUT) and the multipart calls, on the object
-    ARN of the index prefix only: a key prefix in the Resource scopes the actions to it
+    """``write``: ``s3:PutObject``, the multipart calls and ``s3:DeleteObject`` (a re-indexed
+    session's superseded copy is deleted) on the object ARN of the index prefix only: a key
+    prefix in the Resource scopes the actions to it
     (https://docs.aws.amazon.com/AmazonS3/latest/userguide/example-policies-s3.html). Reads stay as
-    they were; no delete anywhere."""
+    they were; no delete outside the index prefix."""
     policy = _server_policy_for(mocks, root_dir=root_dir, shared_index="write")
     root_objects = f"arn:aws:s3:::ray-history-demo/{root_dir}/*" if root_dir else "arn:aws:s3:::ray-history-demo/*"
     by_resource = {s["Resource"]: sorted(s["Action"]) for s in policy["Statement"]}
     assert by_resource == {
         "arn:aws:s3:::ray-history-demo": ["s3:ListBucket"],
         root_objects: ["s3:GetObject"],
-        index_arn: ["s3:AbortMultipartUpload", "s3:ListMultipartUploadParts", "s3:PutObject"],
+        index_arn: ["s3:AbortMultipartUpload", "s3:DeleteObject", "s3:ListMultipartUploadParts", "s3:PutObject"],
     }
     [index] = [s for s in policy["Statement"] if s["Resource"] == index_arn]
     assert index["Sid"] == "WriteSharedIndexes" and index["Effect"] == "Allow"
