@@ -77,7 +77,7 @@ class ManagedMetricsArgs:
     cloud_provider: pulumi.ProviderResource | None = None
     eks_cluster_name: pulumi.Input[str] | None = None
     azure_resource_group: pulumi.Input[str] | None = None
-    azure_location: str = ""
+    azure_location: pulumi.Input[str] = ""
     workspace_name: str = "ray-history-metrics"
 
     def validate(self) -> None:
@@ -87,7 +87,7 @@ class ManagedMetricsArgs:
             )
         if self.cloud == "aws" and self.eks_cluster_name is None:
             raise ValueError("managed.eks_cluster_name: the EKS cluster the scraper reads is required on aws")
-        if self.cloud == "azure" and (self.azure_resource_group is None or not self.azure_location):
+        if self.cloud == "azure" and (self.azure_resource_group is None or self.azure_location == ""):
             raise ValueError("managed.azure_resource_group, managed.azure_location: required on azure")
 
 

@@ -20,6 +20,8 @@ import pulumi
 from ray_history_pulumi.cloud_ingress import HistoryServerIngress
 from ray_history_pulumi.contracts import SERVER_SERVICE_ACCOUNT, ServiceAccountRef, StorageWiring
 from ray_history_pulumi.history_server import HistoryServerArgs, HistoryServerK8s
+from ray_history_pulumi.metrics import RayMetrics, RayMetricsArgs
+from ray_history_pulumi.metrics_managed import ManagedMetricsArgs
 from ray_history_pulumi.server_access import ServerAccess
 from ray_history_pulumi.workloads import DEFAULT_WRITER_ACCOUNT, RayWorkloadAccounts, RayWorkloadAccountsArgs
 
@@ -69,6 +71,25 @@ class AzureSettings(TypedDict):
     (``https://VAULT.vault.azure.net/certificates/NAME``; attach the vault to the add-on)."""
 
 
+class MetricsSettings(TypedDict):
+    """Ray's metrics in a Prometheus that outlives Ray clusters (docs/metrics.md)."""
+
+    mode: str
+    """``kube-prometheus-stack`` (installed), ``managed`` (the cloud's managed Prometheus) or ``external``."""
+    prometheus_url: NotRequired[str]
+    """``managed``, ``external``: the Prometheus HTTP API as the server reaches it."""
+    grafana_url: NotRequired[str]
+    """``managed``, ``external``: Grafana as the server reaches it."""
+    retention: NotRequired[str]
+    """``kube-prometheus-stack``: how long samples are kept; default ``90d``."""
+    storage_size: NotRequired[str]
+    """``kube-prometheus-stack``: Prometheus's volume; default ``50Gi``."""
+    namespace: NotRequired[str]
+    """Namespace of the release and of the dashboards; default ``ray-metrics``."""
+    datasource: NotRequired[str]
+    """The Grafana datasource name of the store; default ``Prometheus``."""
+
+
 class RayHistoryArgs(TypedDict):
     """Ray History on one cluster: exactly one of ``gcp``, ``aws``, ``azure``."""
 
@@ -96,6 +117,8 @@ class RayHistoryArgs(TypedDict):
     """``off``, ``read`` (default) or ``write``: whether the server uses and stores shared indexes
     (``ROOT/history-index/``; on Azure a container of their own). Only ``write`` gives its identity
     write access, scoped to them."""
+    metrics: NotRequired[MetricsSettings]
+    """Ray's metrics store, its scrape configuration and Ray's Grafana dashboards; default none."""
 
 
 #: Makes the cloud's storage component: (name, writers, server, opts) -> (bucket name, wiring).
@@ -140,6 +163,7 @@ class RayHistory(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         bucket_name, wiring = make_storage(name, writers, server, child)
         host = args.get("ingress_host")
+        metrics = _metrics(name, args, workload_namespaces, child)
         history = HistoryServerK8s(
             f"{name}-server",
             HistoryServerArgs(
@@ -156,6 +180,7 @@ class RayHistory(pulumi.ComponentResource):
                 )
                 if host
                 else None,
+                metrics_env=metrics.server_env if metrics else {},
             ),
             opts=child,
         )
@@ -180,6 +205,38 @@ class RayHistory(pulumi.ComponentResource):
                 "collector_env": self.collector_env,
             }
         )
+
+
+def _metrics(
+    name: str, args: RayHistoryArgs, workload_namespaces: list[str], opts: pulumi.ResourceOptions
+) -> RayMetrics | None:
+    settings = args.get("metrics")
+    if settings is None:
+        return None
+    managed = None
+    if settings["mode"] == "managed":
+        cloud = next(c for c in ("gcp", "aws", "azure") if c in args)
+        managed = ManagedMetricsArgs(
+            cloud=cloud,
+            eks_cluster_name=args["aws"]["cluster_name"] if "aws" in args else None,
+            azure_resource_group=args["azure"]["resource_group_name"] if "azure" in args else None,
+            azure_location=args["azure"].get("location", "") if "azure" in args else "",
+        )
+    return RayMetrics(
+        f"{name}-metrics",
+        RayMetricsArgs(
+            mode=settings["mode"],
+            workload_namespaces=workload_namespaces,
+            namespace=settings.get("namespace", "ray-metrics"),
+            retention=settings.get("retention", "90d"),
+            storage_size=settings.get("storage_size", "50Gi"),
+            prometheus_url=settings.get("prometheus_url", ""),
+            grafana_url=settings.get("grafana_url", ""),
+            datasource=settings.get("datasource", "Prometheus"),
+            managed=managed,
+        ),
+        opts=opts,
+    )
 
 
 def _gcs_storage(args: RayHistoryArgs) -> _StorageFactory:

@@ -16,6 +16,7 @@ from pulumi.provider.experimental.component import ComponentProvider
 from ray_history_pulumi import package
 from ray_history_pulumi.package import COMPONENTS, PACKAGE_NAME
 from tests.unit.infra.front_door_schemas import validate_front_door
+from tests.unit.infra.metrics_schemas import validate_scrape_object
 from tests.unit.infra.mocks import RecordingMocks
 from tests.unit.infra.schema_validation import validate_k8s
 
@@ -68,7 +69,7 @@ def test_the_schema_offers_exactly_the_packages_components(schema: dict[str, Any
     assert schema["name"] == PACKAGE_NAME
     assert set(schema["resources"]) == {f"{PACKAGE_NAME}:index:{c.__name__}" for c in COMPONENTS}
     assert set(schema["types"]) == {
-        f"{PACKAGE_NAME}:index:{t}" for t in ("GcpSettings", "AwsSettings", "AzureSettings")
+        f"{PACKAGE_NAME}:index:{t}" for t in ("GcpSettings", "AwsSettings", "AzureSettings", "MetricsSettings")
     }
     # Values a program usually takes from other resources stay Inputs (no "plain").
     aws = schema["types"][f"{PACKAGE_NAME}:index:AwsSettings"]["properties"]
@@ -205,3 +206,39 @@ def test_shared_index_reaches_the_storage_and_the_server(mode: str, index_role: 
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["SHARED_INDEX"] == mode
     assert env.get("SHARED_INDEX_CONTAINER") == (None if mode == "off" else "idx")
+
+
+def test_metrics_kube_prometheus_stack_reaches_the_server() -> None:
+    args = {
+        "image": "registry.example/ray-history-server:0.1.0",
+        "workload_namespaces": ["team-a"],
+        "aws": {"cluster_name": "demo"},
+        "metrics": {"mode": "kube-prometheus-stack", "retention": "30d"},
+    }
+    mocks = _construct(package.RayHistory, args)
+    releases = [
+        r for r in mocks.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["chart"] == "kube-prometheus-stack"
+    ]
+    assert len(releases) == 1
+    assert releases[0].inputs["values"]["prometheus"]["prometheusSpec"]["retention"] == "30d"
+    monitors = [r.inputs for r in mocks.resources if r.inputs.get("kind") in ("PodMonitor", "ServiceMonitor")]
+    for obj in monitors:
+        validate_scrape_object(obj)
+        assert obj["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
+    container = mocks.one("kubernetes:apps/v1:Deployment").inputs["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PROMETHEUS_URL"] == "http://ray-metrics-prometheus.ray-metrics.svc.cluster.local:9090"
+
+
+def test_metrics_managed_on_gke_and_bad_mode() -> None:
+    args: dict[str, Any] = {
+        "image": "registry.example/ray-history-server:0.1.0",
+        "workload_namespaces": ["team-a"],
+        "gcp": {"project": "demo-proj", "location": "US"},
+        "metrics": {"mode": "managed", "prometheus_url": "http://frontend.ray-metrics.svc:9090"},
+    }
+    mocks = _construct(package.RayHistory, args)
+    (monitoring,) = [r.inputs for r in mocks.resources if r.inputs.get("kind") == "PodMonitoring"]
+    validate_scrape_object(monitoring)
+    with pytest.raises(ValueError, match=r"^mode: 'prom'"):
+        _construct(package.RayHistory, {**args, "metrics": {"mode": "prom"}})
