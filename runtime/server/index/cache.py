@@ -55,6 +55,7 @@ from runtime.server.index.schema import (
     SCHEMA_VERSION,
 )
 from runtime.server.index.shared import SharedIndexes, install_index
+from runtime.server.index.temp_files import sweep_temp_files
 from runtime.storage.base import ObjectInfo, ObjectStore
 from runtime.storage.index_store import open_index_store
 from runtime.storage.layout import ClusterRef, KeyLayout
@@ -100,6 +101,7 @@ class IndexCache:
             index_store = open_index_store(config.storage, config.shared_index_container, store)
             self.shared = SharedIndexes(index_store, layout, config.shared_index, metrics)
         self.dir.mkdir(parents=True, exist_ok=True)
+        sweep_temp_files(self.dir)
 
     # ------------------------------------------------------------ public API
     def path_for(self, cluster: ClusterRef, session: str) -> Path:
