@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from flask import current_app
+from flask import Flask, current_app
 
 from runtime.server.cluster_list import SortKey
 from runtime.server.selection import LATEST
@@ -189,3 +189,23 @@ def stored_sessions() -> StoredSessions:
             ttl = DEFAULT_TTL_SECONDS
         found = current_app.extensions.setdefault(_EXTENSION, StoredSessions(svc.store, svc.layout, ttl))
     return found
+
+
+def warm_up(app: Flask) -> threading.Thread:
+    """List the stored sessions once in the background, as a worker starts: with
+    100,000 markers the first listing takes seconds, and the first ``/clusters`` or
+    ``/enter_cluster`` would otherwise wait for it. A failure is only logged: requests
+    list again and report it themselves."""
+
+    def run() -> None:
+        with app.app_context():
+            try:
+                sessions = stored_sessions().current()
+            except Exception as exc:  # storage down at start: the requests will say so
+                logger.warning("listing stored sessions at start failed: %s", exc)
+                return
+            logger.debug("listed %d stored sessions at start", len(sessions))
+
+    thread = threading.Thread(target=run, name="stored-sessions-warm-up", daemon=True)
+    thread.start()
+    return thread

@@ -25,8 +25,11 @@ if TYPE_CHECKING:
 
 def create_from_env() -> Flask:
     from runtime.server.app import create_app
+    from runtime.server.sessions import warm_up
 
-    return create_app(config_from_env())
+    app = create_app(config_from_env())
+    warm_up(app)
+    return app
 
 
 class HistoryServerApplication(BaseApplication):  # type: ignore[misc]
@@ -46,5 +49,8 @@ class HistoryServerApplication(BaseApplication):  # type: ignore[misc]
         # Imported here, in the worker after fork: prometheus_client must see
         # PROMETHEUS_MULTIPROC_DIR (set by the master) when it is first imported.
         from runtime.server.app import create_app
+        from runtime.server.sessions import warm_up
 
-        return create_app(self.config)
+        app = create_app(self.config)
+        warm_up(app)
+        return app

@@ -77,3 +77,18 @@ def test_a_slow_listing_is_refreshed_in_the_background(tmp_path: Path, monkeypat
     # A refresh=True lookup (a session entered right after it was stored) lists at once.
     store.put_bytes(layout.marker_key(CLUSTER, "session_2026-12-02_00-00-00_000000_1"), b"")
     assert len(listing.current(refresh=True)) == 5
+
+
+def test_a_worker_lists_the_sessions_once_as_it_starts(tmp_path: Path) -> None:
+    """wsgi's workers call warm_up: the first /clusters finds the listing made."""
+    from runtime.server.app import create_app
+    from runtime.server.config import ServerConfig
+    from runtime.storage.config import StorageConfig
+
+    _store(tmp_path, KeyLayout(""), 3)
+    storage = StorageConfig(backend="local", local_dir=str(tmp_path / "store"))
+    app = create_app(ServerConfig(storage=storage, cache_dir=tmp_path / "cache"))
+    sessions_module.warm_up(app).join(30)
+    with app.app_context():
+        listing = sessions_module.stored_sessions()
+        assert listing._sessions is not None and len(listing._sessions) == 3  # listed before any request
