@@ -42,6 +42,18 @@ GRAFANA_PORT = 80
 #: The datasource kube-prometheus-stack's Grafana provisions (name ``Prometheus``, uid
 #: ``prometheus``); Ray's dashboards pick the default Prometheus datasource.
 DEFAULT_DATASOURCE = "Prometheus"
+#: kube-prometheus-stack's monitors of the cluster itself, switched off.
+CLUSTER_MONITORS = (
+    "kubelet",
+    "kubeApiServer",
+    "kubeControllerManager",
+    "kubeScheduler",
+    "kubeProxy",
+    "kubeEtcd",
+    "coreDns",
+    "kubeDns",
+    "kubeStateMetrics",
+)
 _DURATION = re.compile(r"^[1-9]\d*(ms|s|m|h|d|w|y)$")
 _QUANTITY = re.compile(r"^[1-9]\d*(Ki|Mi|Gi|Ti)$")
 
@@ -153,8 +165,14 @@ class RayMetricsArgs:
             claim["storageClassName"] = self.storage_class
         values: dict[str, Any] = {
             "fullnameOverride": KPS_FULLNAME,
-            # Alerts are not part of this: no Alertmanager to run.
+            # Ray's series only: no alerting, and none of the chart's cluster monitoring. Its
+            # control-plane monitors add Services in kube-system (refused on GKE Autopilot) and
+            # node-exporter needs host access; Ray exports node metrics itself.
             "alertmanager": {"enabled": False},
+            "defaultRules": {"create": False},
+            "nodeExporter": {"enabled": False},
+            **{part: {"enabled": False} for part in CLUSTER_MONITORS},
+            "prometheusOperator": {"kubeletService": {"enabled": False}},
             "prometheus": {
                 "prometheusSpec": {
                     "retention": self.retention,
@@ -167,6 +185,8 @@ class RayMetricsArgs:
             },
             "grafana": {
                 "fullnameOverride": f"{KPS_FULLNAME}-grafana",
+                # The chart's Kubernetes dashboards would stay empty without the monitors above.
+                "defaultDashboardsEnabled": False,
                 # The Ray Dashboard embeds Grafana panels in iframes (Ray's KubeRay guide).
                 "grafana.ini": {
                     "security": {"allow_embedding": True},

@@ -73,6 +73,11 @@ def test_kube_prometheus_stack_release_monitors_and_dashboards() -> None:
         "labelValue": "1",
     }
     assert values["grafana"]["grafana.ini"]["security"]["allow_embedding"] is True
+    # Nothing of the chart touches kube-system or the nodes (GKE Autopilot refuses both).
+    assert values["nodeExporter"] == {"enabled": False}
+    assert values["prometheusOperator"]["kubeletService"] == {"enabled": False}
+    for part in ("kubelet", "kubeControllerManager", "kubeScheduler", "kubeProxy", "kubeEtcd", "coreDns"):
+        assert values[part] == {"enabled": False}, part
 
     monitors = {obj["kind"]: obj for obj in _scrape_objects(resources)}
     assert set(monitors) == {"PodMonitor", "ServiceMonitor"}
