@@ -54,6 +54,8 @@ class SessionPaths:
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path: str = environ.get("PATH_INFO", "")
         if path.startswith(PREFIX) or path == PREFIX[:-1]:
+            # A copy: the server's own view (gunicorn's access log) keeps the URL as requested.
+            environ = dict(environ)
             try:
                 target, rest = parse_session_path(path)
             except ApiError as exc:
@@ -118,6 +120,8 @@ def select_from_path() -> BaseResponse | None:
         response = redirect(f"{target.session}/" + (f"?{query}" if query else ""), code=308)
         response.headers["Cache-Control"] = "no-store"
         return response
+    if endpoint == "ui.static_file" and not {"", ".", ".."} & set(rest[1:].split("/")):
+        return _shared_asset(target, rest)
     selection = resolve_target(target)
     environ[PATH_SELECTION] = selection
     if not selection.is_live and request.path in ("/", "/index.html"):
@@ -128,6 +132,17 @@ def select_from_path() -> BaseResponse | None:
                 return building_page(exc)
             raise
     return None
+
+
+def _shared_asset(target: SessionTarget, rest: str) -> BaseResponse:
+    """The Dashboard's hashed files are the same for every session: a permanent redirect
+    (relative, cacheable) to the server's own ``static/...`` lets a browser download them
+    (main.js is over 1 MB) once for all sessions instead of once per session URL."""
+    # From the directory of <prefix>/sessions/.../<rest> up to <prefix>/.
+    depth = target.path.count("/") - 1 + rest.count("/") - 1
+    response = redirect("../" * depth + rest.lstrip("/"), code=308)
+    response.headers["Cache-Control"] = "public, max-age=86400"
+    return response
 
 
 def resolve_target(target: SessionTarget) -> Selection:

@@ -7,6 +7,7 @@ by side, and nothing is kept in cookies. Screenshots go to ``.test-artifacts/ses
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -66,12 +67,15 @@ def test_a_deep_link_opens_the_job_in_a_fresh_browser(
     assert page.url == _url(server, a) + "#/jobs/03000000"  # no redirect through a picker
     page.screenshot(path=str(ARTIFACTS / "deep-link-job.png"))
     assert page.context.cookies() == []
+    # The access log shows the URLs as requested (the session part is only hidden from the views).
+    assert f"GET {session_path(a.cluster, a.session)}api/jobs/" in server.log_path.read_text()
 
 
 def test_two_tabs_show_two_sessions(
     page: Any, server: HistoryServerProcess, stored: tuple[Path, StoredSample, StoredSample]
 ) -> None:
     _, a, b = stored
+    main_js_sent = _main_js_downloads(server)
     tab_a = page
     tab_b = page.context.new_page()
     tab_a.goto(_url(server, a) + "#/jobs")
@@ -87,6 +91,12 @@ def test_two_tabs_show_two_sessions(
     tab_a.screenshot(path=str(ARTIFACTS / "tab-session-a.png"))
     tab_b.screenshot(path=str(ARTIFACTS / "tab-session-b.png"))
     assert page.context.cookies() == []
+    # main.js (over 1 MB) was downloaded once for both sessions: their URLs redirect to /static/.
+    assert _main_js_downloads(server) == main_js_sent + 1
+
+
+def _main_js_downloads(server: HistoryServerProcess) -> int:
+    return len(re.findall(r'"GET /static/js/main\.[0-9a-f]+\.js HTTP/[0-9.]+" 200', server.log_path.read_text()))
 
 
 def test_latest_and_the_missing_slash(

@@ -4,6 +4,7 @@ needed or set, sessions side by side, latest/live resolution, owner forms, bad p
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -173,8 +174,31 @@ def test_the_dashboard_page_and_its_relative_assets(client: FlaskClient) -> None
     assets = re.findall(r'(?:src|href)="\./([^"]+)"', page.get_data(as_text=True))
     assert any(a.startswith("static/js/") for a in assets)
     for asset in assets:  # resolved by the browser under the session URL
-        assert client.get(A_URL + asset).status_code == 200, asset
+        answer = client.get(A_URL + asset)
+        if answer.status_code == 308:  # a hashed file: shared by all sessions (below)
+            base = posixpath.dirname(A_URL + asset)
+            answer = client.get(posixpath.normpath(posixpath.join(base, answer.headers["Location"])))
+        assert answer.status_code == 200, asset
     assert client.get(A_URL + "index.html").status_code == 200
+
+
+@pytest.mark.skipif(find_dashboard_build() is None, reason="the ray package's Dashboard build is not installed")
+@pytest.mark.parametrize("url", [A_URL, JOB_URL, "/sessions/default/nosuch/latest/"])
+def test_hashed_assets_are_shared_by_every_session(client: FlaskClient, url: str) -> None:
+    """One download of main.js (over 1 MB) for all sessions: a cacheable relative redirect
+    to the server's own static/ (which serves them immutable)."""
+    page = client.get(A_URL).get_data(as_text=True)
+    script = re.search(r'src="\./(static/js/[^"]+)"', page)
+    assert script is not None
+    answer = client.get(url + script.group(1))
+    assert answer.status_code == 308
+    location = answer.headers["Location"]
+    assert location.startswith("../") and location.endswith(script.group(1))
+    for prefix in ("", "/history"):  # resolves to <prefix>/static/..., behind a path prefix too
+        base = posixpath.dirname(prefix + url + script.group(1))
+        assert posixpath.normpath(posixpath.join(base, location)) == f"{prefix}/{script.group(1)}"
+    shared = client.get("/" + script.group(1))
+    assert shared.status_code == 200 and "immutable" in shared.headers["Cache-Control"]
 
 
 def test_live_sessions_go_through_the_live_proxy(tmp_path: Path) -> None:
