@@ -108,9 +108,9 @@ def install_nosniff(app: Flask) -> None:
 
 
 def _register_blueprints(app: Flask) -> None:
-    from runtime.server.views import clusters, endpoints, health, logs, state, tasks, ui
+    from runtime.server.views import clusters, endpoints, grafana, health, logs, state, tasks, ui
 
-    for module in (health, clusters, tasks, state, logs, endpoints, ui):
+    for module in (health, clusters, tasks, state, logs, endpoints, grafana, ui):
         app.register_blueprint(module.bp)
 
 

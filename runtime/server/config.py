@@ -6,6 +6,7 @@ Built by :mod:`runtime.server.options` from flags and environment, passed to
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,48 @@ DEFAULT_BUILD_WAIT = 5.0
 DEFAULT_SHARED_INDEX = "read"
 #: Sessions created longer ago than this are not indexed ahead (``--index-ahead-max-age``).
 DEFAULT_INDEX_AHEAD_MAX_AGE = 7 * 24 * 3600.0
+
+
+#: Ray 2.60's dashboard uids (``default_uid`` of each ``DashboardConfig`` in
+#: ``ray/dashboard/modules/metrics/dashboards``) under the keys its UI reads
+#: (``dashboardUids.default``, ``.data``, ...; camelCase as ``rest_response`` sends them).
+RAY_DASHBOARD_UIDS: dict[str, str] = {
+    "rayDefaultDashboard": "default",
+    "rayServeDashboard": "serve",
+    "rayServeDeploymentDashboard": "serveDeployment",
+    "rayServeLlmDashboard": "serveLlm",
+    "rayServeLlmSglangDashboard": "serveLlmSglang",
+    "rayDataDashboard": "data",
+    "rayDataLlmDashboard": "dataLlm",
+    "rayTrainDashboard": "train",
+}
+DEFAULT_DASHBOARD_UIDS = ",".join(RAY_DASHBOARD_UIDS)
+DEFAULT_DATASOURCE = "Prometheus"
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """Where the Dashboard's charts come from. Both URLs unset: the health probes
+    answer as Ray's dashboard does without them (charts hidden)."""
+
+    prometheus_url: str | None = None
+    grafana_url: str | None = None
+    dashboard_uids: dict[str, str] = field(default_factory=lambda: {k: uid for uid, k in RAY_DASHBOARD_UIDS.items()})
+    datasource: str = DEFAULT_DATASOURCE
+    grafana_org_id: str = "1"
+    #: Sent to Grafana as ``Authorization: Bearer`` (a service-account token).
+    grafana_token: str | None = field(default=None, repr=False)
+    #: ``user:password`` sent to Grafana as basic auth.
+    grafana_basic_auth: str | None = field(default=None, repr=False)
+
+    @property
+    def grafana_authorization(self) -> str | None:
+        """The ``Authorization`` value for Grafana, or None (anonymous access)."""
+        if self.grafana_token:
+            return f"Bearer {self.grafana_token}"
+        if self.grafana_basic_auth:
+            return "Basic " + base64.b64encode(self.grafana_basic_auth.encode()).decode("ascii")
+        return None
 
 
 @dataclass(frozen=True)
@@ -81,6 +124,8 @@ class ServerConfig:
             ``write`` (also upload after a build) (:mod:`runtime.server.index.shared`).
         shared_index_container: on azureblob, the container holding the shared
             indexes (None: the history container itself).
+        metrics: Prometheus / Grafana for the Dashboard's charts (:mod:`runtime.server.grafana`);
+            credentials are kept out of ``repr`` and never logged.
     """
 
     storage: StorageConfig
@@ -112,6 +157,7 @@ class ServerConfig:
     front_door: FrontDoorSettings | None = None
     shared_index: str = DEFAULT_SHARED_INDEX
     shared_index_container: str | None = None
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     extra: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -26,7 +26,7 @@ from runtime.server import settings as ss
 from runtime.server.auth.config import AuthConfig, parse_auth
 from runtime.server.auth.front_door_settings import FrontDoorSettings, parse_front_door
 from runtime.server.auth.oidc_settings import OidcSettings, parse_oidc
-from runtime.server.config import ServerConfig
+from runtime.server.config import MetricsConfig, ServerConfig
 from runtime.server.hosts import default_allowed_hosts
 from runtime.server.live.directory import live_directory_from_config
 from runtime.server.live.discovery import LiveDiscoveryError
@@ -183,6 +183,34 @@ def _shared_index(
     return mode, container
 
 
+def _metrics(parser: argparse.ArgumentParser, args: argparse.Namespace, env: Mapping[str, str]) -> MetricsConfig:
+    """``--prometheus-url``, ``--grafana-*`` (exit 2 naming the flag or variable)."""
+    try:
+        uids_text = ss.GRAFANA_DASHBOARD_UIDS.read(args, env)
+        try:
+            uids = ss.dashboard_uids(uids_text)
+        except ValueError as exc:
+            raise SettingError(f"--grafana-dashboard-uids={uids_text}: {exc}") from None
+        token = ss.GRAFANA_TOKEN_FILE.read(args, env)
+        basic = ss.GRAFANA_BASIC_AUTH_FILE.read(args, env)
+        if token and basic:
+            raise SettingError("--grafana-token-file and --grafana-basic-auth-file: set only one")
+        if basic and ":" not in basic:
+            raise SettingError("--grafana-basic-auth-file: the file must hold user:password")
+        datasource = ss.PROMETHEUS_DATASOURCE.read(args, env).strip()  # blank reads as unset
+        return MetricsConfig(
+            prometheus_url=ss.PROMETHEUS_URL.read(args, env),
+            grafana_url=ss.GRAFANA_URL.read(args, env),
+            dashboard_uids=uids,
+            datasource=datasource,
+            grafana_org_id=str(ss.GRAFANA_ORG_ID.read(args, env)),
+            grafana_token=token,
+            grafana_basic_auth=basic,
+        )
+    except SettingError as exc:
+        parser.error(str(exc))
+
+
 def _kubeconfig(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
     listed = [p.strip() for p in (args.kubeconfigs or "").split(",") if p.strip()]
     if len(listed) > 1:
@@ -242,6 +270,7 @@ def config_from_args(
         front_door=front_door,
         shared_index=shared_index,
         shared_index_container=shared_index_container,
+        metrics=_metrics(parser, args, env),
     )
 
 

@@ -16,11 +16,14 @@ from runtime.common.settings import Setting, markdown_table
 from runtime.common.validators import choice, duration, positive_int, tcp_port
 from runtime.server.config import (
     DEFAULT_BUILD_WAIT,
+    DEFAULT_DASHBOARD_UIDS,
+    DEFAULT_DATASOURCE,
     DEFAULT_FRESHNESS_SECONDS,
     DEFAULT_INDEX_AHEAD_MAX_AGE,
     DEFAULT_PORT,
     DEFAULT_PROXY_TIMEOUT,
     DEFAULT_SHARED_INDEX,
+    RAY_DASHBOARD_UIDS,
     LiveClusterURL,
 )
 from runtime.server.hosts import parse_allowed_hosts
@@ -39,6 +42,7 @@ SERVE = "serving"
 CACHE = "session index cache"
 LIVE = "live clusters"
 LOGGING = "logging"
+METRICS = "metrics of dead clusters"
 ACCESS = "access control"
 AUTH_ENV = "HISTORYSERVER_AUTH"
 AUTHZ_ENV = "HISTORYSERVER_AUTHZ"
@@ -68,6 +72,52 @@ def live_cluster(text: str) -> LiveClusterURL:
         raise ValueError("the URL must be http(s)://host[:port][/path]")
     parts.port  # noqa: B018 - raises ValueError for a bad port
     return LiveClusterURL(namespace=namespace, name=name, url=url.rstrip("/"))
+
+
+def service_url(text: str) -> str:
+    """``http(s)://host[:port][/prefix]``, without a query, fragment or credentials."""
+    parts = urlsplit(text.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("expected http(s)://host[:port][/path]")
+    if parts.query or parts.fragment:
+        raise ValueError("no query or fragment allowed")
+    if parts.username or parts.password:
+        raise ValueError("no credentials in the URL (use --grafana-token-file / --grafana-basic-auth-file)")
+    parts.port  # noqa: B018 - raises ValueError for a bad port
+    return text.strip().rstrip("/")
+
+
+def dashboard_uids(text: str) -> dict[str, str]:
+    """``uid,uid,...`` (Ray's uids, as the Pulumi program passes them) or ``key=uid``
+    entries for dashboards provisioned under other uids; -> the UI's ``{key: uid}``."""
+    found: dict[str, str] = {}
+    for raw in text.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        key, sep, uid = entry.partition("=")
+        if not sep:
+            uid = entry
+            if uid not in RAY_DASHBOARD_UIDS:
+                raise ValueError(f"{uid!r} is not one of Ray's dashboard uids; write KEY={uid} (e.g. default={uid})")
+            key = RAY_DASHBOARD_UIDS[uid]
+        if not key.strip() or not uid.strip() or not uid.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"bad entry {entry!r}: expected KEY=UID with a letters/digits/-/_ uid")
+        found[key.strip()] = uid.strip()
+    if "default" not in found:
+        raise ValueError("the default dashboard (rayDefaultDashboard, or default=UID) must be listed")
+    return found
+
+
+def secret_file(path: str) -> str:
+    """The first line of a file holding a secret (a mounted Secret); never the value itself."""
+    try:
+        value = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read it: {exc.strerror}") from None
+    if not value:
+        raise ValueError("the file is empty")
+    return value
 
 
 def dashboard_dir(text: str) -> Path:
@@ -244,6 +294,36 @@ ALB_REGION = _opt("--alb-region", "`alb`: its region", "from `--alb-arn`")
 ALB_KEY_URL = _opt("--alb-key-url", "`alb`: the public-key URL template (`{region}`, `{kid}`)", "AWS's")
 TRUSTED_HEADER_GROUPS_CLAIM = _opt("--trusted-header-groups-claim", "`alb`: the claim listing groups", "none")
 
+PROMETHEUS_URL = Setting[str | None](
+    "--prometheus-url", "PROMETHEUS_URL", service_url, None,
+    "Prometheus as the server reaches it; `/api/prometheus_health` and `/prometheus/api/v1/query_range` use it",
+    "none (charts hidden)", group=METRICS,
+)  # fmt: skip
+GRAFANA_URL = Setting[str | None](
+    "--grafana-url", "GRAFANA_URL", service_url, None,
+    "Grafana as the server reaches it (no path), proxied to browsers at `/grafana/`: Grafana serves from that "
+    "sub-path (`root_url` ending `/grafana/`, `serve_from_sub_path`)",
+    "none (charts hidden)", group=METRICS,
+)  # fmt: skip
+GRAFANA_DASHBOARD_UIDS = Setting(
+    "--grafana-dashboard-uids", "GRAFANA_DASHBOARD_UIDS", _text, DEFAULT_DASHBOARD_UIDS,
+    "the provisioned dashboards, comma-separated: Ray's uids, or `KEY=UID` (`default=...`, `data=...`)",
+    "Ray 2.60's eight uids", group=METRICS,
+)  # fmt: skip
+PROMETHEUS_DATASOURCE = Setting(
+    "--prometheus-datasource", "PROMETHEUS_DATASOURCE", _text, DEFAULT_DATASOURCE,
+    "the Grafana datasource name the dashboards query (`var-datasource`)", group=METRICS,
+)  # fmt: skip
+GRAFANA_ORG_ID = Setting("--grafana-org-id", "GRAFANA_ORG_ID", positive_int, 1, "Grafana `orgId`", group=METRICS)
+GRAFANA_TOKEN_FILE = Setting[str | None](
+    "--grafana-token-file", "GRAFANA_TOKEN_FILE", secret_file, None,
+    "a file holding a Grafana service-account token, sent server-side only (never to browsers)", group=METRICS,
+)  # fmt: skip
+GRAFANA_BASIC_AUTH_FILE = Setting[str | None](
+    "--grafana-basic-auth-file", "GRAFANA_BASIC_AUTH_FILE", secret_file, None,
+    "a file holding `user:password` for Grafana basic auth, sent server-side only", group=METRICS,
+)  # fmt: skip
+
 # The environment is read by configure_logging (logging starts before the rest); the flag wins.
 LOG_LEVEL = Setting[str | None](
     "--log-level", "LOG_LEVEL", _text, None, "`DEBUG`, `INFO`, `WARNING`", "`INFO`", group=LOGGING,
@@ -262,6 +342,8 @@ SETTINGS: tuple[Setting[Any], ...] = (
     AUTH, AUTHZ, AUTHZ_RESOURCE, AUTHZ_POLICY,
     OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET_FILE, OIDC_GROUPS_CLAIM, OIDC_REDIRECT_URL, OIDC_COOKIE_KEY_FILE,
     TRUSTED_HEADER, IAP_AUDIENCE, IAP_JWKS_URL, ALB_ARN, ALB_REGION, ALB_KEY_URL, TRUSTED_HEADER_GROUPS_CLAIM,
+    PROMETHEUS_URL, GRAFANA_URL, GRAFANA_DASHBOARD_UIDS, PROMETHEUS_DATASOURCE, GRAFANA_ORG_ID,
+    GRAFANA_TOKEN_FILE, GRAFANA_BASIC_AUTH_FILE,
     LOG_LEVEL, LOG_FORMAT,
 )  # fmt: skip
 

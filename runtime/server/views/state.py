@@ -1,15 +1,16 @@
 """Dashboard state routes for stored sessions: actors, jobs, nodes, events, cluster
-status, timezone / cluster metadata snapshots and the metrics health probes."""
+status, timezone / cluster metadata snapshots and the metrics health probes
+(:mod:`runtime.server.grafana.probes`)."""
 
 from __future__ import annotations
 
 import logging
 
-import orjson
 from flask import Blueprint, Response, request
 
-from runtime.server.context import SessionContext, session_route
+from runtime.server.context import SessionContext, services, session_route
 from runtime.server.errors import ApiError, json_response
+from runtime.server.grafana.probes import grafana_probe, metrics_probe, prometheus_probe
 from runtime.server.queries import state
 from runtime.server.queries.cluster_status import DEBUG_STATE, cluster_status_text
 from runtime.server.queries.ended import session_ended
@@ -22,10 +23,6 @@ logger = logging.getLogger(__name__)
 bp = Blueprint("state", __name__)
 
 _EMPTY_TIMEZONE = b'{"offset":"","value":""}'
-_NO_METRICS = (
-    "metrics are not kept for stored sessions: the history server serves events and logs only, "
-    "so there is no {what} to query for a cluster that is gone"
-)
 
 
 def _ended(ctx: SessionContext) -> bool:
@@ -151,25 +148,14 @@ def cluster_metadata(ctx: SessionContext) -> Response:
 
 
 # ------------------------------------------------------------- metrics probes
+# Answered here for stored and live sessions alike when --grafana-url / --prometheus-url
+# are set (runtime.server.grafana); otherwise stored sessions get Ray's own failure and
+# live ones are proxied to their dashboard.
 @bp.get("/api/grafana_health")
-@session_route
-def grafana_health(ctx: SessionContext) -> Response:
-    # Ray's own answer when Grafana is unreachable: 500 with result false; the UI
-    # then hides the Grafana panels.
-    body = {
-        "result": False,
-        "msg": "Grafana healthcheck failed",
-        "data": {"exception": _NO_METRICS.format(what="Grafana")},
-    }
-    return json_response(orjson.dumps(body), status=500)
+def grafana_health() -> Response:
+    return metrics_probe(grafana_probe, configured=services().config.metrics.grafana_url is not None)
 
 
 @bp.get("/api/prometheus_health")
-@session_route
-def prometheus_health(ctx: SessionContext) -> Response:
-    body = {
-        "result": False,
-        "msg": "prometheus healthcheck failed.",
-        "data": {"reason": _NO_METRICS.format(what="Prometheus")},
-    }
-    return json_response(orjson.dumps(body), status=500)
+def prometheus_health() -> Response:
+    return metrics_probe(prometheus_probe, configured=services().config.metrics.prometheus_url is not None)

@@ -142,7 +142,9 @@ def test_snapshots(served: SampleApp) -> None:
 def test_metrics_probes_mirror_ray(served: SampleApp, url: str, msg: str, field: str) -> None:
     body = get(served.client(), url, status=500)
     assert body["result"] is False and body["msg"] == msg
-    assert "not kept for stored sessions" in body["data"][field]
+    flag = "--grafana-url" if "grafana" in url else "--prometheus-url"
+    assert f"no {'Grafana' if 'grafana' in url else 'Prometheus'} is configured" in body["data"][field]
+    assert flag in body["data"][field]
     # Same shape as the live head's answer when Grafana/Prometheus is absent.
     name = "api_grafana_health.json" if "grafana" in url else "api_prometheus_health.json"
     assert set(body) == set(live(name)) and set(body["data"]) == set(live(name)["data"])
