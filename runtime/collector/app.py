@@ -31,6 +31,7 @@ from runtime.collector.events.spool import Spool
 from runtime.collector.events.uploader import EventUploader
 from runtime.collector.logs import LogShipper
 from runtime.collector.metrics import CollectorMetrics
+from runtime.collector.metrics_config import MetricsConfigShipper
 from runtime.collector.snapshots import SnapshotRecorder
 from runtime.storage.base import ObjectStore
 
@@ -125,6 +126,11 @@ class Collector:
                 node_for_session=self.identity.node_id_for,
             )
 
+        # Ray's generated Grafana dashboards and Prometheus config, once per session (#20).
+        self.metrics_config = (
+            MetricsConfigShipper(store, self.layout, config.cluster, config.ray_tmp_root) if self.snapshots else None
+        )
+
     def _dashboard(self, base_url: str) -> DashboardClient:
         return DashboardClient(
             base_url,
@@ -155,6 +161,8 @@ class Collector:
             self.logs.start()
         if self.snapshots is not None:
             self.snapshots.start()
+        if self.metrics_config is not None:
+            self.metrics_config.start()
         server = self.receiver.make_server(self.config.events_host, self.config.events_port)
         self._thread(server.serve_forever, "event-receiver")
         self._thread(self._rotate_periodically, "spool-rotation")
@@ -204,11 +212,12 @@ class Collector:
         # far longer (a connect or read timeout, a retry budget): wait only until the
         # deadline and leave a blocked part behind. Nothing is lost by that: what it
         # carried is still on local disk for the next process.
-        pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="shutdown")
+        pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="shutdown")
         events = pool.submit(self.uploader.drain, deadline)
         logs = pool.submit(self.logs.stop, deadline) if self.logs else None
         snaps = pool.submit(self.snapshots.stop, deadline) if self.snapshots else None
-        parts: list[Future[Any]] = [f for f in (events, logs, snaps) if f is not None]
+        config_files = pool.submit(self.metrics_config.stop) if self.metrics_config else None
+        parts: list[Future[Any]] = [f for f in (events, logs, snaps, config_files) if f is not None]
         _done, late = wait(parts, timeout=max(0.0, deadline - time.monotonic()) + LATE_GRACE)
         pool.shutdown(wait=False)
         if late:

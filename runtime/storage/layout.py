@@ -11,6 +11,7 @@ implementation is readable by the other::
     P/{session}/{node}/node_events/{node}-{YYYY-MM-DD-HH}-{nanos}.jsonl[.gz]
     P/{session}/{node}/job_events/{job}/{node}-{YYYY-MM-DD-HH}-{nanos}.jsonl[.gz]
     P/{session}/fetched_endpoints/restful__{path with / -> __, query kept}
+    P/{session}/metrics/{grafana/dashboards/*.json | prometheus/prometheus.yml}   (head, once)
     {root}/history-index/{kind}/{ns}/[{owner}/]{cluster}/{session}/{version}/{fingerprint}.sqlite.zst
     {root}/history-index/{kind}/{ns}/[{owner}/]{cluster}/{session}/{version}/{fingerprint}.manifest.json
 
@@ -43,6 +44,7 @@ NODE_EVENTS_DIR = "node_events"
 JOB_EVENTS_DIR = "job_events"
 ENDPOINTS_DIR = "fetched_endpoints"
 ENDPOINT_PREFIX = "restful__"
+METRICS_DIR = "metrics"
 
 RAYCLUSTER = "raycluster"
 RAYJOB = "rayjob"
@@ -293,6 +295,11 @@ class KeyLayout:
     def endpoint_key(self, cluster: ClusterRef, session: str, uri: str) -> str:
         """Where the snapshot of dashboard request ``uri`` is stored."""
         return self.endpoints_prefix(cluster, session) + endpoint_storage_name(uri)
+
+    def metrics_config_key(self, cluster: ClusterRef, session: str, relpath: str) -> str:
+        """Where a file of the session's ``metrics/`` directory (Ray's generated Grafana
+        dashboards, its Prometheus config) is stored; ``relpath`` relative to it."""
+        return f"{self.session_prefix(cluster, session)}{METRICS_DIR}/{validate_log_path(relpath)}"
 
     # history-index ----------------------------------------------------------
     def index_root_prefix(self) -> str:
