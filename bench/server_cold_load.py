@@ -6,8 +6,10 @@
 For each size, generates a synthetic session (``bench/synth_session.py``; cached in
 ``--cache-dir`` and reused) and builds its index in a fresh child process, as the
 server does for big sessions. Prints the build time end to end (listing, reads,
-replay, SQLite), events/s, the peak RSS of the builder (VmHWM) and of its largest
-task-shard worker, CPU seconds used, and the index file size.
+replay, SQLite), events/s, the peak RSS of the builder (VmHWM), of its largest
+task-shard worker and of all its processes together (sampled every 50 ms), CPU
+seconds used, the index file size and its share of the event bytes, and the time of
+a 10-million-iteration Python loop (how fast this machine runs pure Python).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -79,6 +82,60 @@ def ensure_session(cache: Path, tasks: int, gzip_events: bool) -> Path:
     return store_dir
 
 
+_LOOP = compile("total = 0\nfor i in range(10_000_000):\n    total += i\n", "<loop>", "exec")
+
+
+def loop_seconds() -> float:
+    """A plain 10-million-iteration loop at module scope (``total += i``, as in
+    docs/performance.md): build times scale with it."""
+    started = time.perf_counter()
+    exec(_LOOP, {})  # noqa: S102 - a constant loop
+    return time.perf_counter() - started
+
+
+def _tree_rss_kib(root: int) -> int:
+    """The summed VmRSS of ``root`` and its descendants (0 for a process gone)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        pid = int(entry.name)
+        children.setdefault(int(fields.get("PPid", "0").strip() or 0), []).append(pid)
+        rss[pid] = int(fields.get("VmRSS", "0 kB").split()[0])
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, ()))
+    return total
+
+
+class TreePeak:
+    """Samples the summed RSS of a process tree until stopped; keeps the peak."""
+
+    def __init__(self, root: int, every: float = 0.05) -> None:
+        self.peak_kib = 0
+        self._root, self._every = root, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            self.peak_kib = max(self.peak_kib, _tree_rss_kib(self._root))
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak_kib / 1024
+
+
 def measure(store_dir: Path, processes: int | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="rhs-index-") as tmp:
         out = Path(tmp) / "index.sqlite"
@@ -87,10 +144,16 @@ def measure(store_dir: Path, processes: int | None) -> dict[str, Any]:
             command += ["--processes", str(processes)]
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         started = time.perf_counter()
-        done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+            peak = TreePeak(proc.pid)
+            stdout, stderr = proc.communicate()
+            all_mib = peak.stop()
         wall = time.perf_counter() - started
-        figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        if proc.returncode != 0:
+            raise RuntimeError(f"build failed ({proc.returncode}): {stderr[-2000:]}")
+        figures: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
         figures["wall_with_startup"] = wall
+        figures["all_processes_peak_mib"] = all_mib
         figures["index_bytes"] = out.stat().st_size
         return figures
 
@@ -101,7 +164,9 @@ def describe(figures: dict[str, Any]) -> str:
         f"build {seconds:6.2f}s ({stats['events'] / seconds:,.0f} events/s, {stats['event_bytes'] / 1e6 / seconds:.0f}"
         f" MB/s), {stats['processes']} workers, cpu {figures['cpu_seconds']:.1f}s,"
         f" builder VmHWM {figures['builder_hwm_mib']:.0f} MiB, largest worker {figures['worker_max_rss_mib']:.0f} MiB,"
-        f" index {figures['index_bytes'] / 2**20:.0f} MiB [{stats['tasks']} attempts, {stats['events']} events,"
+        f" all processes {figures['all_processes_peak_mib']:.0f} MiB,"
+        f" index {figures['index_bytes']:,} bytes = {100 * figures['index_bytes'] / stats['event_bytes']:.1f}% of"
+        f" {stats['event_bytes']:,} event bytes [{stats['tasks']} attempts, {stats['events']} events,"
         f" {stats['files']} objects, bad {stats['bad_lines']}/{stats['bad_events']}, load {os.getloadavg()[0]:.2f}]"
     )
 
@@ -120,11 +185,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cache = Path(args.cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
-    print(f"cores: {len(os.sched_getaffinity(0))}, load average: {os.getloadavg()[0]:.2f}")
+    print(
+        f"cores: {len(os.sched_getaffinity(0))}, load average: {os.getloadavg()[0]:.2f},"
+        f" 10M-iteration Python loop: {loop_seconds():.2f}s"
+    )
     for tasks in args.tasks:
         store_dir = ensure_session(cache, tasks, args.gzip)
         for run in range(args.repeat):
-            print(f"{tasks:>9} tasks run {run + 1}: {describe(measure(store_dir, args.processes))}", flush=True)
+            figures = measure(store_dir, args.processes)
+            print(f"{tasks:>9} tasks run {run + 1}: {describe(figures)}; loop {loop_seconds():.2f}s", flush=True)
     return 0
 
 

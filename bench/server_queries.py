@@ -7,7 +7,8 @@ Uses the synthetic sessions of ``bench/server_cold_load.py`` (generated once and
 cached in ``--cache-dir``), runs ``historyserver`` (gunicorn, gthread) on them and
 prints: the cold ``/enter_cluster`` time (index build), the time to the first
 answer after a restart with the index already on disk, p50/p99 of
-``/api/v0/tasks?limit=100`` with filters and of ``/api/v0/tasks/summarize``, and the
+``/api/v0/tasks?limit=100`` with filters, of ``detail=1&limit=10000`` and of
+``/api/v0/tasks/summarize``, and the
 RSS of the server's processes while serving (the index build runs in a child).
 """
 
@@ -95,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             }
             for label, url in queries.items():
                 print(f"  {label:34s} {percentiles(client, url, args.repeat)}")
+            detail = f"{server.url}/api/v0/tasks?detail=1&limit=10000"  # the stored JSON of 10,000 rows
+            print(f"  {'tasks, detail=1 limit=10000':34s} {percentiles(client, detail, max(20, args.repeat // 10))}")
             summarize = f"{server.url}/api/v0/tasks/summarize"
             print(f"  {'summarize (func_name)':34s} {percentiles(client, summarize, max(20, args.repeat // 10))}")
             by_job = summarize + "?" + flt.format("job_id", job)[1:]

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from runtime.server.index.schema import META_STATS
+from runtime.server.replay.pack import Unpacker
 
 
 class SessionIndex:
@@ -56,6 +57,16 @@ class SessionIndex:
     def stats(self) -> dict[str, Any]:
         raw = self.meta(META_STATS)
         return {} if raw is None else dict(orjson.loads(raw))
+
+    def unpacker(self) -> Unpacker:
+        """Reads ``tasks.brief_json`` / ``extra_json`` back to JSON (the dictionaries
+        are loaded on the first packed value)."""
+        conn = self._conn
+
+        def load() -> dict[int, bytes]:
+            return {int(no): bytes(data) for no, data in conn.execute("SELECT dict_no, data FROM task_dicts")}
+
+        return Unpacker(load)
 
     def computed(self, key: str) -> bytes | None:
         """A result cached in the index by an earlier request (``None`` if absent)."""

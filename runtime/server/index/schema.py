@@ -16,14 +16,17 @@ Conventions every writer and reader relies on:
   DEAD (:mod:`runtime.server.replay.ended`);
 * ``tasks.brief_json`` is the task as ``/api/v0/tasks`` returns it without
   ``detail``; ``tasks.extra_json`` holds only the detail-only fields. The detail
-  form is ``brief[:-1] + b"," + extra[1:]`` (see :func:`splice_detail`).
+  form is ``brief[:-1] + b"," + extra[1:]`` (see :func:`splice_detail`). Both are
+  stored packed (:mod:`runtime.server.replay.pack`: a byte naming a ``task_dicts``
+  row, then a zstd frame) or, when packing would not shrink them, plain JSON;
+  read them through :meth:`~runtime.server.index.reader.SessionIndex.unpacker`.
 """
 
 from __future__ import annotations
 
 #: Bump whenever the schema or the meaning of a column changes: indexes built by an
 #: older version are rebuilt rather than misread.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 DDL = """
 PRAGMA journal_mode = WAL;
@@ -77,6 +80,12 @@ CREATE TABLE IF NOT EXISTS task_counts (
     name      TEXT    NOT NULL,
     func_name TEXT    NOT NULL,
     n         INTEGER NOT NULL
+);
+
+-- zstd dictionaries of the packed task JSON, one per first hex digit of task ids.
+CREATE TABLE IF NOT EXISTS task_dicts (
+    dict_no INTEGER PRIMARY KEY,
+    data    BLOB NOT NULL
 );
 
 -- TASK_PROFILE_EVENT entries (the timeline).

@@ -3,7 +3,8 @@
 Each task shard (in-process, or one :mod:`runtime.server.index.worker` per core)
 writes the ``tasks``, ``task_counts`` and ``profile_events`` rows it rendered into
 a file whose tables come from the index DDL, tasks in primary-key order
-(sequential B-tree appends).
+(sequential B-tree appends), their JSON packed (:mod:`runtime.server.replay.pack`)
+with one dictionary per first hex digit of the task id (``task_dicts``).
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from itertools import chain
 from pathlib import Path
 
 from runtime.server.index import schema
-from runtime.server.replay.render_tasks import INSERT_PROFILE_EVENT, INSERT_TASK, INSERT_TASK_COUNT
+from runtime.server.replay.pack import DICT_ROWS, make_dict, packer
+from runtime.server.replay.render_tasks import INSERT_PROFILE_EVENT, INSERT_TASK, INSERT_TASK_COUNT, TaskRow
 from runtime.server.replay.shard import ShardResult, TaskShard
 
 logger = logging.getLogger(__name__)
@@ -67,7 +70,7 @@ def write_shard(conn: sqlite3.Connection, shard: TaskShard, indexes: bool = Fals
     shard whose file becomes the index does it, in parallel with the others)."""
     renderer = shard.renderer()
     conn.execute("BEGIN")
-    conn.executemany(INSERT_TASK, renderer.rows(ordered=True))
+    conn.executemany(INSERT_TASK, _packed(conn, renderer.rows(ordered=True)))
     conn.executemany(INSERT_TASK_COUNT, renderer.count_rows())
     conn.executemany(INSERT_PROFILE_EVENT, renderer.profile_rows)
     conn.execute("COMMIT")
@@ -78,13 +81,58 @@ def write_shard(conn: sqlite3.Connection, shard: TaskShard, indexes: bool = Fals
     return shard.result(renderer)
 
 
+#: Dictionary number per first character of a (hex) task id.
+_DICT_OF = {char: int(char, 16) for char in "0123456789abcdef"}
+
+
+def _packed(conn: sqlite3.Connection, rows: Iterator[TaskRow]) -> Iterator[TaskRow]:
+    """The rows (in key order) with brief_json and extra_json packed. Dictionary
+    ``n`` is made of the first rows whose task id starts with hex digit ``n``: task
+    shards split ids on those digits, so every build of a session, in-process or
+    parallel, packs each row identically. Rows of other ids stay plain."""
+    packers: dict[int, Callable[[bytes], bytes]] = {}
+    waiting: list[TaskRow] = []  # the first rows of the current digit, before its dictionary
+    current = -1
+    for row in rows:
+        dict_no = _DICT_OF.get(row[0][:1], -1)
+        if dict_no != current:
+            yield from _pack_waiting(conn, packers, current, waiting)
+            current, waiting = dict_no, []
+        pack = packers.get(dict_no)
+        if pack is not None:
+            yield (*row[:21], pack(row[21]), pack(row[22]))
+        elif dict_no < 0:
+            yield row
+        else:
+            waiting.append(row)
+            if len(waiting) == DICT_ROWS:
+                yield from _pack_waiting(conn, packers, dict_no, waiting)
+                waiting = []
+    yield from _pack_waiting(conn, packers, current, waiting)
+
+
+def _pack_waiting(
+    conn: sqlite3.Connection, packers: dict[int, Callable[[bytes], bytes]], dict_no: int, waiting: list[TaskRow]
+) -> Iterator[TaskRow]:
+    """Make and store dictionary ``dict_no`` from the waiting rows, then pack them."""
+    if not waiting:
+        return
+    pack = packers.get(dict_no)
+    if pack is None:
+        dict_data = make_dict(chain.from_iterable((row[21], row[22]) for row in waiting))
+        conn.execute("INSERT INTO task_dicts (dict_no, data) VALUES (?, ?)", (dict_no, dict_data))
+        pack = packers[dict_no] = packer(dict_no, dict_data)
+    for row in waiting:
+        yield (*row[:21], pack(row[21]), pack(row[22]))
+
+
 def append_shards(conn: sqlite3.Connection, paths: list[Path], unlink: Callable[[Path], None]) -> None:
     """Shards hold ascending id ranges: appending them in order keeps the B-tree
     writes sequential. Then equal task_counts keys of different shards are summed."""
     for n, shard in enumerate(paths):
         conn.execute("ATTACH DATABASE ? AS shard", (str(shard),))
         conn.execute("BEGIN")
-        for table in ("tasks", "task_counts", "profile_events"):
+        for table in ("tasks", "task_counts", "profile_events", "task_dicts"):
             conn.execute(f"INSERT INTO main.{table} SELECT * FROM shard.{table}")  # noqa: S608 - fixed names
         conn.execute("COMMIT")
         conn.execute("DETACH DATABASE shard")

@@ -264,6 +264,24 @@ def _demands(rows: list[tuple[object, ...]], into: dict[tuple[tuple[str, float],
         into[key] = into.get(key, 0) + int(str(count))
 
 
+def _task_demands(index: SessionIndex, marks: str) -> list[tuple[object, ...]]:
+    """(required_resources JSON, pending attempts) per distinct resources; the JSON
+    is stored packed, so it is read here rather than by SQLite's json_extract."""
+    unpack = index.unpacker()
+    counts: dict[bytes, int] = {}
+    sql = f"SELECT extra_json FROM tasks WHERE state IN ({marks})"  # noqa: S608 - placeholders only
+    for (extra,) in index.iter_rows(sql, _PENDING_TASK_STATES):
+        try:
+            detail = orjson.loads(unpack(extra))
+        except orjson.JSONDecodeError:
+            continue
+        resources = detail.get("required_resources") if isinstance(detail, dict) else None
+        if resources is not None:
+            key = orjson.dumps(resources)
+            counts[key] = counts.get(key, 0) + 1
+    return sorted(counts.items())
+
+
 def gather(
     index: SessionIndex, read_debug_state: Callable[[str], bytes | None], session_time: datetime | None
 ) -> StatusInputs:
@@ -293,14 +311,7 @@ def gather(
         if isinstance(merged, dict) and (failure := failures_from_node(merged, str(node_id))) is not None:
             inputs.failures.append(failure)
     marks = ",".join("?" * len(_PENDING_TASK_STATES))
-    _demands(
-        index.rows(
-            "SELECT json_extract(CAST(extra_json AS TEXT), '$.required_resources'), COUNT(*) FROM tasks"  # noqa: S608
-            f" WHERE state IN ({marks}) GROUP BY 1",
-            _PENDING_TASK_STATES,
-        ),
-        inputs.demands,
-    )
+    _demands(_task_demands(index, marks), inputs.demands)
     marks = ",".join("?" * len(_PENDING_ACTOR_STATES))
     _demands(
         index.rows(

@@ -34,13 +34,15 @@ def json_array(items: Iterable[bytes]) -> bytes:
 
 def list_tasks(index: SessionIndex, query: TaskQuery) -> bytes:
     """The whole ``/api/v0/tasks`` answer. Rows are never decoded: the brief form is
-    stored as is, the detail form is the brief bytes with the extra fields spliced in."""
+    stored (packed) as is, the detail form is the brief bytes with the extra fields
+    spliced in."""
     selection = TaskSelection(index, query)
     counts = selection.counts()
+    unpack = index.unpacker()
     if query.detail:
         rows = selection.page("brief_json, extra_json", query.limit)
-        body = json_array(splice_detail(bytes(b), bytes(e)) for b, e in rows)
+        body = json_array(splice_detail(unpack(b), unpack(e)) for b, e in rows)
     else:
         rows = selection.page("brief_json", query.limit)
-        body = json_array(bytes(r[0]) for r in rows)
+        body = json_array(unpack(r[0]) for r in rows)
     return state_api_envelope(counts, body)

@@ -1,0 +1,77 @@
+"""Packing the stored task JSON (``tasks.brief_json`` / ``extra_json``) with zstd.
+
+A task row's JSON is ~1.8 KB, nearly all of it keys and values its neighbours
+repeat (runtime env, log paths, ids of one job or node). Compressed one by one with
+a raw-content dictionary made of the first rows of its id range, a row shrinks
+~10x for ~2 us, and reads back in ~1.5 us (10,000 rows: ~15 ms), so list answers
+stay row reads without a decode of the JSON.
+
+Stored form: plain JSON (first byte ``{``) or one byte, the dictionary's number in
+``task_dicts``, then a magicless zstd frame. A value that would not shrink stays
+plain, so readers accept both forms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import zstandard
+
+#: A dictionary of at most this many leading rows (brief + extra) of an id range.
+DICT_ROWS = 32
+DICT_MAX_BYTES = 64 * 1024
+_LEVEL = 1
+_PLAIN = ord("{")
+
+
+def make_dict(samples: Iterable[bytes]) -> bytes:
+    """A raw-content dictionary from sample values (deterministic: no training)."""
+    out = bytearray()
+    for sample in samples:
+        if len(out) + len(sample) > DICT_MAX_BYTES:
+            break
+        out += sample
+    return bytes(out)
+
+
+def _dict(data: bytes) -> zstandard.ZstdCompressionDict:
+    return zstandard.ZstdCompressionDict(data, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+
+
+def packer(dict_no: int, dict_data: bytes) -> Callable[[bytes], bytes]:
+    """``pack(json_bytes) -> stored bytes`` with dictionary ``dict_no``."""
+    if not 0 <= dict_no < _PLAIN:
+        raise ValueError(f"dictionary number {dict_no} out of range")
+    params = zstandard.ZstdCompressionParameters.from_level(
+        _LEVEL, format=zstandard.FORMAT_ZSTD1_MAGICLESS, write_checksum=0, write_content_size=1, write_dict_id=0
+    )
+    compress = zstandard.ZstdCompressor(dict_data=_dict(dict_data), compression_params=params).compress
+    marker = bytes((dict_no,))
+
+    def pack(data: bytes) -> bytes:
+        packed = marker + compress(data)
+        return packed if len(packed) < len(data) else data
+
+    return pack
+
+
+class Unpacker:
+    """Reads stored values back; ``dicts`` loads ``{dict_no: data}`` on first need."""
+
+    def __init__(self, dicts: Callable[[], dict[int, bytes]]) -> None:
+        self._load = dicts
+        self._decompress: dict[int, Callable[[bytes], bytes]] | None = None
+
+    def __call__(self, value: bytes) -> bytes:
+        if not value or value[0] == _PLAIN:
+            return value
+        if self._decompress is None:
+            magicless = zstandard.FORMAT_ZSTD1_MAGICLESS
+            self._decompress = {
+                no: zstandard.ZstdDecompressor(dict_data=_dict(data), format=magicless).decompress
+                for no, data in self._load().items()
+            }
+        decompress = self._decompress.get(value[0])
+        if decompress is None:
+            raise ValueError(f"stored task JSON names dictionary {value[0]}, which the index does not hold")
+        return decompress(value[1:])
