@@ -56,7 +56,9 @@ def safe_next(value: str | None) -> str:
 
 def login_redirect(login_url: str) -> Response:
     """What the gate answers a browser without a login: the login page, remembering where it was."""
-    target = request.full_path if request.query_string else request.path
+    # The path the browser asked for: under /sessions/... the session scope hands the
+    # views a shortened PATH_INFO and keeps the removed part in SCRIPT_NAME.
+    target = request.script_root + (request.full_path if request.query_string else request.path)
     return make_response(redirect(f"{login_url}?next={quote(safe_next(target), safe='/')}", code=302))
 
 

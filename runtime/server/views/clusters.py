@@ -40,7 +40,7 @@ from runtime.server.context import services
 from runtime.server.errors import ApiError, IndexBuildingError, json_response
 from runtime.server.live.discovery import LiveCluster, LiveDiscoveryError
 from runtime.server.selection import LATEST, LIVE, Selection, set_selection_cookies
-from runtime.server.session_urls import session_path
+from runtime.server.session_urls import enter_location, session_path
 from runtime.server.sessions import StoredSession, StoredSessions, stored_sessions
 from runtime.server.summaries import session_summaries
 from runtime.server.views.building import building_page
@@ -277,7 +277,7 @@ def enter_cluster(namespace: str, kind: str, name: str, session: str = LATEST) -
         # A person opened the URL (a link, the quickstart's output): land in the Dashboard.
         # Relative, so it also works behind `ray start --proxy-server-url` and path prefixes.
         response = Response(status=302)
-        response.headers["Location"] = "../" * (request.path.count("/") - 1) + "#/overview"
+        response.headers["Location"] = enter_location(request.path, selection, session)
     else:
         body = {
             "result": "success",

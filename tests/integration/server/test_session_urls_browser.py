@@ -107,3 +107,16 @@ def test_latest_and_the_missing_slash(
     page.goto(latest + "#/jobs")  # redirected to latest/, the fragment kept
     page.get_by_text(SUBMISSION_B).first.wait_for()
     assert page.url == latest + "/#/jobs"
+
+
+def test_enter_cluster_lands_on_the_deep_link(
+    page: Any, server: HistoryServerProcess, stored: tuple[Path, StoredSample, StoredSample]
+) -> None:
+    a = stored[1]
+    enter = f"{server.url}/enter_cluster/{a.cluster.namespace}/raycluster/{a.cluster.name}/{a.session}"
+    page.goto(enter + "#/jobs/03000000")  # the fragment survives the redirect (RFC 9110 section 10.2.2)
+    page.get_by_text("wl-job2-fails").first.wait_for()
+    assert page.url == _url(server, a) + "#/jobs/03000000"
+    page.goto(f"{server.url}/enter_cluster/{a.cluster.namespace}/{a.cluster.name}#/jobs")  # latest, short form
+    page.get_by_text(SUBMISSION_B).first.wait_for()
+    assert page.url == server.url + session_path(a.cluster, stored[2].session) + "#/jobs"

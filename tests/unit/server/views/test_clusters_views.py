@@ -224,8 +224,14 @@ def test_enter_latest_stored_builds_the_index_and_sets_cookies(client: FlaskClie
 @pytest.mark.parametrize(
     ("headers", "location"),
     [
-        ({"Sec-Fetch-Mode": "navigate", "Accept": "text/html"}, "../../../../#/overview"),
-        ({"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}, "../../../../#/overview"),
+        (
+            {"Sec-Fetch-Mode": "navigate", "Accept": "text/html"},
+            f"../../../../sessions/default/raycluster-demo/{SESSION_A}/",
+        ),
+        (
+            {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"},
+            f"../../../../sessions/default/raycluster-demo/{SESSION_A}/",
+        ),
     ],
 )
 def test_a_browser_opening_enter_cluster_lands_in_the_dashboard(
@@ -234,9 +240,11 @@ def test_a_browser_opening_enter_cluster_lands_in_the_dashboard(
     answer = client.get(f"/enter_cluster/default/raycluster/raycluster-demo/{SESSION_A}", headers=headers)
     assert answer.status_code == 302 and answer.headers["Location"] == location
     assert _cookies(client)["session_name"] == SESSION_A
-    # The relative target resolves to the server root, where the Dashboard is served.
+    # The session URL, relative (a path prefix keeps working), no fragment (the browser keeps its own).
     short = client.get("/enter_cluster/default/raycluster-demo", headers=headers)
-    assert short.status_code == 302 and short.headers["Location"] == "../../#/overview"
+    assert (
+        short.status_code == 302 and short.headers["Location"] == f"../../sessions/default/raycluster-demo/{SESSION_A}/"
+    )
 
 
 def test_kind_less_forms_mean_a_raycluster(client: FlaskClient) -> None:
