@@ -3,8 +3,9 @@ table: used where the real service cannot run on this machine (Grafana is not
 installable here) and to see exactly what the history server sends upstream.
 
 Answers: ``routes`` maps a path (without query) to (status, headers, body); anything
-else gets 200 with a small HTML body, a ``Set-Cookie`` and ``X-Frame-Options: deny``,
-as Grafana's pages carry.
+else gets 200 with a small HTML page naming the request it received (so a screenshot
+of a framed page shows it), a ``Set-Cookie`` and ``X-Frame-Options: deny``, as
+Grafana's pages carry.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from html import escape
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -40,7 +42,7 @@ class RecordingServer:
         return found[-1]
 
 
-DEFAULT_PAGE = b"<html><body>stand-in page</body></html>"
+DEFAULT_PAGE = b"<html><body><h3>stand-in page</h3><p>received: %s</p></body></html>"
 
 
 @contextmanager
@@ -63,7 +65,7 @@ def recording_server() -> Iterator[RecordingServer]:
                         "Set-Cookie": "grafana_session=abc; Path=/",
                         "X-Frame-Options": "deny",
                     },
-                    DEFAULT_PAGE,
+                    DEFAULT_PAGE % escape(f"{self.command} {self.path}").encode(),
                 ),
             )
             self.send_response(status)
