@@ -155,3 +155,40 @@ def sessions_of(query: str) -> set[str]:
     if selectors == 0:
         raise QueryRefused(f'the query selects no series; pin it with {SESSION_LABEL}="<session>"')
     return sessions
+
+
+def pin_selector(selector: str, session: str) -> str:
+    """A single series selector (``metric{...}`` or ``{...}``, as label-value lookups send
+    in ``match[]``) rewritten to select only ``session``: any ``SessionName`` matcher it
+    had is replaced. :class:`QueryRefused` for anything but one selector."""
+    if not _SESSION_VALUE.match(session):
+        raise QueryRefused(f"not a session name: {session!r}")
+    tokens = _tokens(selector)
+    name = ""
+    start = 0
+    if tokens and tokens[0][0] == "ident":
+        name, start = tokens[0][1], 1
+    if start >= len(tokens):
+        matchers: list[tuple[str, str, str]] = []
+    elif tokens[start][1] == "{":
+        matchers, end = _matchers(tokens, start)
+        if end != len(tokens):
+            raise QueryRefused("a label lookup's match[] must be one series selector")
+    else:
+        raise QueryRefused("a label lookup's match[] must be one series selector")
+    if not name and not matchers:
+        raise QueryRefused("an empty match[]")
+    kept = [(n, op, v) for n, op, v in matchers if n != SESSION_LABEL]
+    kept.append((SESSION_LABEL, "=", session))
+    if any(op not in ("=", "!=", "=~", "!~") for _, op, _ in kept):
+        raise QueryRefused("a label matcher with an unknown operator")
+    body = ",".join(f"{_label(n)}{op}{_quote(v)}" for n, op, v in kept)
+    return f"{name}{{{body}}}"
+
+
+def _label(name: str) -> str:
+    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else _quote(name)
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'

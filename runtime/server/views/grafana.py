@@ -12,16 +12,20 @@ answers), so one port-forward or ingress serves everything. What is forwarded:
   URL passes through unchanged.
 * ``POST /grafana/api/ds/query`` (the panels' data): every query's ``expr`` must pass
   :mod:`runtime.server.grafana.promql` for readable sessions.
+* Label-value lookups of the dashboards' variables (``.../resources/api/v1/labels``,
+  ``label/<name>/values``, ``series``): the session is the one the framed page names
+  (its ``Referer``'s ``var-SessionName``, checked like a page), and every ``match[]``
+  is rewritten to select only that session, so a lookup never lists other sessions.
 * A few metadata calls a panel page makes (settings, user, the dashboard's JSON,
-  search, datasource by uid). Anything else is 403 naming the path: label-value
-  lookups and Grafana's own datasource proxy could read any session's series.
+  search, datasource by uid, annotations). Anything else is 403 naming the path
+  (Grafana's own datasource proxy, for one, could read any session's series).
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import orjson
 from flask import Blueprint, Response, redirect, request
@@ -30,7 +34,7 @@ from runtime.server.auth import no_namespace_data
 from runtime.server.context import services
 from runtime.server.errors import ApiError
 from runtime.server.grafana.access import ended_window, readable_session, readable_sessions
-from runtime.server.grafana.promql import QueryRefused, sessions_of
+from runtime.server.grafana.promql import QueryRefused, pin_selector, sessions_of
 from runtime.server.grafana.upstream import forward
 from runtime.server.grafana.window import rewrite_query, session_name_of
 
@@ -45,7 +49,10 @@ _STATIC = re.compile(r"^public/[A-Za-z0-9_./@-]+$")
 _PAGE = re.compile(r"^d(?:-solo)?/[A-Za-z0-9_-]{1,40}(?:/[A-Za-z0-9_-]*)?/?$")
 _METADATA = re.compile(
     r"^api/(?:health|frontend/settings|user|user/[a-z/-]+|login/ping|search|dashboards/uid/[A-Za-z0-9_-]{1,40}"
-    r"|datasources/uid/[A-Za-z0-9_-]{1,40}|plugins/[a-z0-9-]+/settings)/?$"
+    r"|datasources/uid/[A-Za-z0-9_-]{1,40}|plugins/[a-z0-9-]+/settings|annotations|access-control/user/actions)/?$"
+)
+_LOOKUP = re.compile(
+    r"^api/datasources/uid/[A-Za-z0-9_-]{1,40}/resources/api/v1/(?:labels|series|label/[A-Za-z_][A-Za-z0-9_]*/values)$"
 )
 #: Prometheus query API parameters passed on (others are dropped, never forwarded blindly).
 _PROM_PARAMS = ("query", "start", "end", "step", "time", "timeout", "limit")
@@ -74,6 +81,8 @@ def grafana(path: str) -> Response:
             return moved
     elif request.method == "POST" and path.rstrip("/") == "api/ds/query":
         body = _checked_ds_query()
+    elif request.method in ("GET", "POST") and _LOOKUP.match(path):
+        query, body = _pinned_lookup()
     elif request.method in ("GET", "HEAD") and _METADATA.match(path):
         no_namespace_data()
     else:
@@ -98,6 +107,23 @@ def _page_window(query: str) -> str | None:
     stored = readable_session(name)
     window = ended_window(services(), stored)
     return None if window is None else rewrite_query(query, window)
+
+
+def _pinned_lookup() -> tuple[str, bytes | None]:
+    """A label lookup's parameters with every ``match[]`` pinned to the framing page's session."""
+    referer = urlsplit(request.headers.get("Referer", ""))
+    name = session_name_of(referer.query) if referer.path.startswith(GRAFANA_PREFIX + "/d") else None
+    if not name:
+        raise ApiError(403, "a label lookup is served only for a dashboard page naming var-SessionName (its Referer)")
+    session = readable_session(name).session
+    source = request.form if request.method == "POST" else request.args
+    params = [(k, v) for k, v in source.items(multi=True) if k != "match[]"]
+    try:
+        pinned = [pin_selector(v, session) for v in source.getlist("match[]")] or [f'{{SessionName="{session}"}}']
+    except QueryRefused as exc:
+        raise ApiError(403, f"label lookup refused: {exc}") from None
+    encoded = urlencode(params + [("match[]", m) for m in pinned])
+    return (encoded, None) if request.method == "GET" else ("", encoded.encode())
 
 
 def _checked_ds_query() -> bytes:

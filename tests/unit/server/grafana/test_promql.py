@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.server.grafana.promql import MAX_QUERY_CHARS, QueryRefused, sessions_of
+from runtime.server.grafana.promql import MAX_QUERY_CHARS, QueryRefused, pin_selector, sessions_of
 
 S = "session_2026-11-25_21-02-01_123456_1234"
 
@@ -53,3 +53,27 @@ def test_anything_else_is_refused(query: str, why: str) -> None:
 def test_a_huge_query_is_refused_before_tokenizing() -> None:
     with pytest.raises(QueryRefused, match="longer than"):
         sessions_of('x{SessionName="a"} + ' * (MAX_QUERY_CHARS // 10))
+
+
+@pytest.mark.parametrize(
+    ("selector", "pinned"),
+    [
+        # The Cluster and SessionName variables of Ray's default dashboard.
+        ("ray_node_network_receive_speed{}", 'ray_node_network_receive_speed{SessionName="s_1"}'),
+        ("ray_node_network_receive_speed", 'ray_node_network_receive_speed{SessionName="s_1"}'),
+        (
+            'ray_node_network_receive_speed{SessionName=~".+", instance=~"a|b"}',
+            'ray_node_network_receive_speed{instance=~"a|b",SessionName="s_1"}',
+        ),
+        ('{"weird.name", x="a\\"b"}', '{__name__="weird.name",x="a\\"b",SessionName="s_1"}'),
+    ],
+)
+def test_a_lookups_selector_is_pinned_to_the_session(selector: str, pinned: str) -> None:
+    assert pin_selector(selector, "s_1") == pinned
+    assert sessions_of(pinned) == {"s_1"}
+
+
+@pytest.mark.parametrize("selector", ["a{x='1'} or b", "sum(a)", "{}", "a{x=~'1'}[5m]"])
+def test_only_one_selector_can_be_pinned(selector: str) -> None:
+    with pytest.raises(QueryRefused):
+        pin_selector(selector, "s_1")

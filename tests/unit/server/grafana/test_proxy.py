@@ -232,7 +232,7 @@ def test_static_assets_pass_and_other_paths_are_refused(world: World) -> None:
     assert client.get("/grafana/api/dashboards/uid/rayDefaultDashboard").status_code == 200
     for path in (
         "/grafana/api/datasources/proxy/1/api/v1/series",
-        "/grafana/api/datasources/uid/x/resources/api/v1/labels",
+        "/grafana/api/datasources/uid/x/resources/api/v1/query_range",
         "/grafana/admin/users",
     ):
         assert "is not served through the history server" in _json(client.get(path), 403)["msg"]
@@ -240,6 +240,37 @@ def test_static_assets_pass_and_other_paths_are_refused(world: World) -> None:
         "/grafana/public/build/app.js",
         "/grafana/api/dashboards/uid/rayDefaultDashboard",
     ]
+
+
+LOOKUP = "/grafana/api/datasources/uid/prom/resources/api/v1/label/ray_io_cluster/values"
+
+
+def test_label_lookups_are_pinned_to_the_framing_pages_session(world: World) -> None:
+    client = world.client(select=None)
+    page = f"http://localhost{PAGE}?from=1&to=2&var-SessionName={SESSION_A}"
+    answer = client.get(
+        LOOKUP,
+        query_string={"match[]": "ray_node_network_receive_speed{}", "start": "1", "end": "2"},
+        headers={"Referer": page},
+    )
+    assert answer.status_code == 200
+    sent = parse_qsl(urlsplit(world.upstream.last(LOOKUP).target).query)
+    assert sent == [
+        ("start", "1"),
+        ("end", "2"),
+        ("match[]", f'ray_node_network_receive_speed{{SessionName="{SESSION_A}"}}'),
+    ]
+    posted = client.post(LOOKUP, data={"start": "1"}, headers={"Referer": page})
+    assert posted.status_code == 200
+    assert parse_qsl(world.upstream.last(LOOKUP).body.decode()) == [
+        ("start", "1"),
+        ("match[]", f'{{SessionName="{SESSION_A}"}}'),
+    ]
+    assert "its Referer" in _json(client.get(LOOKUP), 403)["msg"]
+    other = f"http://localhost{PAGE}?var-SessionName=session_2020-01-01_00-00-00_000000_1"
+    assert _json(client.get(LOOKUP, headers={"Referer": other}), 404)
+    refused = client.get(LOOKUP, query_string={"match[]": "a or b"}, headers={"Referer": page})
+    assert "one series selector" in _json(refused, 403)["msg"]
 
 
 def _ds_query(*exprs: str) -> bytes:
