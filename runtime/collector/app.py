@@ -32,6 +32,7 @@ from runtime.collector.events.uploader import EventUploader
 from runtime.collector.logs import LogShipper
 from runtime.collector.metrics import CollectorMetrics
 from runtime.collector.metrics_config import MetricsConfigShipper
+from runtime.collector.session_end import SessionEndMarker
 from runtime.collector.snapshots import SnapshotRecorder
 from runtime.storage.base import ObjectStore
 
@@ -126,10 +127,24 @@ class Collector:
                 node_for_session=self.identity.node_id_for,
             )
 
+        self.session_end = SessionEndMarker(store, self.layout, config.cluster) if self.snapshots else None
         # Ray's generated Grafana dashboards and Prometheus config, once per session (#20).
         self.metrics_config = (
             MetricsConfigShipper(store, self.layout, config.cluster, config.ray_tmp_root) if self.snapshots else None
         )
+
+    def _mark_ended(self, deadline: float) -> None:
+        """Last of the shutdown (head): nothing this collector stored is newer than the
+        end marker. Bounded by the deadline like every other part."""
+        session = self.identity.session_name()
+        if self.session_end is None or session is None:
+            return
+        marker = self.session_end
+        thread = threading.Thread(
+            target=marker.ended, args=(session, "the head collector shut down"), name="session-end", daemon=True
+        )
+        thread.start()
+        thread.join(max(0.0, deadline + EXIT_MARGIN / 2 - time.monotonic()))
 
     def _dashboard(self, base_url: str) -> DashboardClient:
         return DashboardClient(
@@ -148,6 +163,17 @@ class Collector:
         if change.old_node != change.new_node and change.new_node is not None:
             # Events that arrived before the node was known can be filed now.
             self.spool.rotate_unknown_node()
+        if self.session_end is not None and change.session_changed:
+            # Storage calls off the discovery thread: it must not wait on a slow bucket.
+            self._thread(self._sessions_switched, "session-end-marker", change.old_session, change.new_session)
+
+    def _sessions_switched(self, old: str | None, new: str | None) -> None:
+        if self.session_end is None:
+            return
+        if new is not None:
+            self.session_end.reopened(new)
+        if old is not None:
+            self.session_end.ended(old, "Ray started a new session on this head")
 
     # -------------------------------------------------------------- running
     def run(self, stop: threading.Event) -> ShutdownReport:
@@ -225,6 +251,7 @@ class Collector:
         events_ok = events not in late and bool(events.result())
         logs_ok = logs is None or (logs not in late and bool(logs.result()))
         self.uploader.stop(timeout=max(0.0, deadline + EXIT_MARGIN / 2 - time.monotonic()))
+        self._mark_ended(deadline)
         report = ShutdownReport(bool(events_ok), bool(logs_ok), time.monotonic() - started)
         logger.info(
             "shutdown finished in %.1fs: events %s, logs %s",

@@ -11,6 +11,7 @@ implementation is readable by the other::
     P/{session}/{node}/node_events/{node}-{YYYY-MM-DD-HH}-{nanos}.jsonl[.gz]
     P/{session}/{node}/job_events/{job}/{node}-{YYYY-MM-DD-HH}-{nanos}.jsonl[.gz]
     P/{session}/fetched_endpoints/restful__{path with / -> __, query kept}
+    P/{session}/session_ended.json                                          (ours: collection over)
     P/{session}/metrics/{grafana/dashboards/*.json | prometheus/prometheus.yml}   (head, once)
     {root}/history-index/{kind}/{ns}/[{owner}/]{cluster}/{session}/{version}/{fingerprint}.sqlite.zst
     {root}/history-index/{kind}/{ns}/[{owner}/]{cluster}/{session}/{version}/{fingerprint}.manifest.json
@@ -44,6 +45,9 @@ NODE_EVENTS_DIR = "node_events"
 JOB_EVENTS_DIR = "job_events"
 ENDPOINTS_DIR = "fetched_endpoints"
 ENDPOINT_PREFIX = "restful__"
+#: ``P/{session}/session_ended.json``: not a node directory, so neither server reads it
+#: as one; KubeRay's Go server never lists it.
+SESSION_ENDED_NAME = "session_ended.json"
 METRICS_DIR = "metrics"
 
 RAYCLUSTER = "raycluster"
@@ -300,6 +304,11 @@ class KeyLayout:
         """Where a file of the session's ``metrics/`` directory (Ray's generated Grafana
         dashboards, its Prometheus config) is stored; ``relpath`` relative to it."""
         return f"{self.session_prefix(cluster, session)}{METRICS_DIR}/{validate_log_path(relpath)}"
+
+    def session_ended_key(self, cluster: ClusterRef, session: str) -> str:
+        """The head collector's note that it stopped collecting ``session`` (written last
+        at its shutdown, deleted when a collector finds the session running again)."""
+        return f"{self.session_prefix(cluster, session)}{SESSION_ENDED_NAME}"
 
     # history-index ----------------------------------------------------------
     def index_root_prefix(self) -> str:

@@ -16,7 +16,7 @@ from runtime.server.auth import authorize
 from runtime.server.context import Services
 from runtime.server.errors import ApiError
 from runtime.server.grafana.window import Window
-from runtime.server.queries.ended import session_ended
+from runtime.server.session_end import has_ended
 from runtime.server.sessions import StoredSession, stored_sessions
 from runtime.storage.errors import InvalidKeyError, StorageError
 from runtime.storage.layout import validate_session_name
@@ -52,26 +52,17 @@ def readable_sessions(names: Iterable[str]) -> list[StoredSession]:
     return [readable_session(name) for name in sorted(set(names))]
 
 
-def has_ended(services: Services, stored: StoredSession) -> bool:
-    """The rule of the state routes (:mod:`runtime.server.queries.ended`)."""
-    cluster = (stored.cluster.namespace, stored.cluster.name)
-    listing = services.live.list_clusters()
-    live = {(c.namespace, c.name) for c in listing.clusters} if listing.available else None
-    try:
-        sessions = stored_sessions().current()
-    except StorageError:
-        sessions = []
-    newer = (((s.cluster.namespace, s.cluster.name), s.created_at) for s in sessions)
-    return session_ended(cluster, stored.created_at, newer, live)
-
-
 def ended_window(services: Services, stored: StoredSession) -> Window | None:
     """The session's window once it has ended; None while it may still run (its
     Grafana URLs then pass through unchanged)."""
-    if not has_ended(services, stored):
-        return None
-    index = services.indexes.open(stored.cluster, stored.session)
+    cluster, session = stored.cluster, stored.session
+    ended = has_ended(services, cluster, session, stored.created_at, None)
+    if not ended and not services.indexes.is_indexed(cluster, session):
+        return None  # only its end marker could tell, and no index is built to read it
+    index = services.indexes.open(cluster, session)
     try:
+        if not ended and not has_ended(services, cluster, session, stored.created_at, index):
+            return None
         row = index.row(_END_SQL)
     finally:
         index.close()

@@ -3,8 +3,9 @@
 * **Finished**: a newer session of the same cluster is stored (a cluster runs one
   session at a time), or live discovery answered and the cluster is not running;
   the rules of ``ray-history gc`` (:mod:`runtime.storage.retention`). Where live
-  discovery cannot answer (no Kubernetes API, e.g. the quickstart), a session none of
-  whose objects changed for ``QUIET_SECONDS`` is taken as finished too: a wrong guess
+  discovery cannot answer (the Kubernetes API fails or may not be asked), a session the
+  head collector marked ended (``session_ended.json``, :mod:`runtime.server.queries.ended`)
+  or none of whose objects changed for ``QUIET_SECONDS`` is taken as finished too: a wrong guess
   costs one build, since an index whose objects changed is rebuilt on the next request
   (gc, which deletes, never uses this rule). A session that may still be running is
   left to on-demand indexing, as before.
@@ -52,6 +53,8 @@ CACHE_SHARE = 0.8
 #: taken as finished. The collector ships events within seconds and logs within a
 #: minute of their writing, so half an hour of silence is an ended session or an idle one.
 QUIET_SECONDS = 1800.0
+#: How often the end marker of a session that may still run is looked for again.
+MARKER_RECHECK_SECONDS = 120.0
 
 
 class StoredSession(Protocol):
@@ -86,6 +89,7 @@ class IndexAhead:
         #: session -> (newest object's time, when to look again): one listing per session
         #: per quiet period, not one per scan.
         self._quiet_checks: dict[tuple[str, str, str], tuple[float, float]] = {}
+        self._marker_checks: dict[tuple[str, str, str], tuple[bool, float]] = {}  # -> (marked, when looked)
         self._clock = clock
         self._guard = threading.Lock()
         self._claimed: set[tuple[str, str, str]] = set()
@@ -112,7 +116,7 @@ class IndexAhead:
                 continue
             finished = newest[cluster] > started or (live is not None and cluster not in live)
             if not finished and live is None:
-                finished = self._quiet_since(stored, now)
+                finished = self._marked_ended(stored, now) or self._quiet_since(stored, now)
             if (
                 not finished
                 or self._failed_lately(stored, now)
@@ -166,6 +170,19 @@ class IndexAhead:
                 self._stop.wait(SCAN_SECONDS)
 
     # -------------------------------------------------------------- helpers
+    def _marked_ended(self, stored: StoredSession, now: float) -> bool:
+        """Whether the head collector stored the session's end marker (one lookup per
+        session per ``MARKER_RECHECK_SECONDS``)."""
+        key = _key(stored)
+        with self._guard:
+            known = self._marker_checks.get(key)
+        if known is not None and now - known[1] < MARKER_RECHECK_SECONDS:
+            return known[0]
+        marked = self.cache.store.exists(self.cache.layout.session_ended_key(stored.cluster, stored.session))
+        with self._guard:
+            self._marker_checks[key] = (marked, now)
+        return marked
+
     def _quiet_since(self, stored: StoredSession, now: float) -> bool:
         """Whether none of the session's objects changed for ``quiet`` seconds."""
         key = _key(stored)

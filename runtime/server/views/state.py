@@ -13,9 +13,8 @@ from runtime.server.errors import ApiError, json_response
 from runtime.server.grafana.probes import grafana_probe, metrics_probe, prometheus_probe
 from runtime.server.queries import state
 from runtime.server.queries.cluster_status import DEBUG_STATE, cluster_status_text
-from runtime.server.queries.ended import session_ended
-from runtime.server.sessions import stored_sessions
-from runtime.storage.errors import InvalidKeyError, ObjectNotFoundError, StorageError
+from runtime.server.session_end import has_ended
+from runtime.storage.errors import InvalidKeyError, ObjectNotFoundError
 from runtime.storage.layout import session_created_at
 
 logger = logging.getLogger(__name__)
@@ -26,20 +25,8 @@ _EMPTY_TIMEZONE = b'{"offset":"","value":""}'
 
 
 def _ended(ctx: SessionContext) -> bool:
-    """Whether the selected session is over (its nodes and actors then show DEAD at
-    its end): both inputs are short-TTL caches, so this costs no request to storage
-    or Kubernetes most of the time. A failed listing means "may be running"."""
-    cluster = (ctx.cluster.namespace, ctx.cluster.name)
-    listing = ctx.services.live.list_clusters()
-    live = {(c.namespace, c.name) for c in listing.clusters} if listing.available else None
-    created = session_created_at(ctx.session)
-    try:
-        sessions = stored_sessions().current() if created is not None else []
-    except StorageError as exc:
-        logger.warning("cannot list stored sessions to tell whether %s ended: %s", ctx.session, exc)
-        sessions = []
-    newer = (((s.cluster.namespace, s.cluster.name), s.created_at) for s in sessions)  # newest first, lazily
-    return session_ended(cluster, created, newer, live)
+    """Whether the selected session is over (its nodes and actors then show DEAD at its end)."""
+    return has_ended(ctx.services, ctx.cluster, ctx.session, session_created_at(ctx.session), ctx.index)
 
 
 # --------------------------------------------------------------------- actors

@@ -109,10 +109,13 @@ def test_head_restart_stores_both_sessions(cluster: TwoNodeCluster, tmp_path: Pa
         assert "shutdown finished" in log and "LEFT ON DISK" not in log, log[-3000:]
     cluster.stop_ray()
 
-    # --- each session holds its own two nodes, nothing filed under the other session's
+    # --- each session holds its own two nodes, nothing filed under the other session's;
+    # besides them the head's snapshots, Ray's metrics config (#20) and the end marker: the
+    # first session's written when the new session started, the second's at shutdown.
     prefix = cluster.cluster_prefix()
     for session, ids in ((session_1, ids_1), (session_2, ids_2)):
-        assert {p.name for p in (prefix / session).iterdir()} == {*ids.values(), "fetched_endpoints"}, session
+        entries = {p.name for p in (prefix / session).iterdir()}
+        assert entries - {"metrics"} == {*ids.values(), "fetched_endpoints", "session_ended.json"}, session
 
     # --- events: each session's, exactly as acknowledged, under that session's node
     for node in (cluster.head, cluster.worker):

@@ -176,3 +176,12 @@ def test_liveness_unknown_a_quiet_session_is_finished(world: World, monkeypatch:
     world.store.put_bytes(LAYOUT.log_key(GONE, SESSION_A, "b" * 56, "raylet.out"), b"late\n")
     clock[0] = time.time() + 60.0  # a new object: busy again once its session is looked at again
     assert (GONE.name, SESSION_A) not in _names(ahead.candidates())
+
+
+def test_liveness_unknown_an_end_marked_session_is_finished(world: World) -> None:
+    """The head collector's ``session_ended.json`` makes the newest session a candidate at
+    once, without waiting for the quiet period."""
+    world.live.available = False
+    assert (GONE.name, SESSION_A) not in _names(world.ahead().candidates())
+    world.store.put_bytes(LAYOUT.session_ended_key(GONE, SESSION_A), b"{}")
+    assert (GONE.name, SESSION_A) in _names(world.ahead().candidates())

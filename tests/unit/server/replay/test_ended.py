@@ -162,3 +162,16 @@ def test_a_session_that_may_be_running_is_untouched() -> None:
     assert not session_ended(CLUSTER, CREATED, only, live={CLUSTER})  # live: running
     assert not session_ended(CLUSTER, CREATED, only, live=None)  # liveness unknown: may be running
     assert not session_ended(CLUSTER, None, only, live=None)
+
+
+def test_the_collectors_end_marker_ends_it() -> None:
+    """Display and indexing only: gc (runtime.storage.retention) never deletes on it."""
+    only = [(CLUSTER, CREATED)]
+    assert session_ended(CLUSTER, CREATED, only, live=None, marked=True)
+    assert session_ended(CLUSTER, None, only, live=None, marked=True)
+
+
+def test_a_stale_end_marker_does_not_end_a_session_discovery_sees_running() -> None:
+    """A collector container restarted while Ray ran: its predecessor marked the session
+    ended at SIGTERM; until the new one deletes the marker, discovery's word wins."""
+    assert not session_ended(CLUSTER, CREATED, [(CLUSTER, CREATED)], live={CLUSTER}, marked=True)

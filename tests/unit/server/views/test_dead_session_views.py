@@ -108,3 +108,13 @@ def test_session_that_may_be_running_is_untouched(tmp_path: Path, live: LiveDire
         KEEPER_HEX: ("ALIVE", ""),
         GONE_HEX: ("DEAD", str(ms(WORKER_DEATH))),
     }
+
+
+def test_the_collectors_end_marker_ends_a_session_of_unknown_liveness(tmp_path: Path) -> None:
+    """No Kubernetes API answers (e.g. no RBAC to list RayClusters): the head collector's
+    ``session_ended.json`` (written last at its shutdown) is what tells the session is over."""
+    storage = StorageConfig(backend="local", local_dir=str(tmp_path / "bucket"), create_bucket=True)
+    open_store(storage).put_bytes(KeyLayout("").session_ended_key(CLUSTER, SESSION), b'{"endedAt": "x"}')
+    client = client_for(tmp_path, UnavailableLiveDirectory("no service-account token"))
+    assert states(client)[HEAD_HEX] == ("DEAD", str(ms(END)))
+    assert states(client)[KEEPER_HEX] == ("DEAD", str(ms(END)))
