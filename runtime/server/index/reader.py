@@ -59,12 +59,12 @@ class SessionIndex:
         return {} if raw is None else dict(orjson.loads(raw))
 
     def unpacker(self) -> Unpacker:
-        """Reads ``tasks.brief_json`` / ``extra_json`` back to JSON (the dictionaries
-        are loaded on the first packed value)."""
-        conn = self._conn
+        """Reads ``tasks.brief_json`` / ``extra_json`` back to JSON (each dictionary
+        is loaded when a value first needs it)."""
 
-        def load() -> dict[int, bytes]:
-            return {int(no): bytes(data) for no, data in conn.execute("SELECT dict_no, data FROM task_dicts")}
+        def load(dict_no: int) -> bytes | None:
+            data = self.scalar("SELECT data FROM task_dicts WHERE dict_no = ?", (dict_no,))
+            return None if data is None else bytes(data)
 
         return Unpacker(load)
 

@@ -56,22 +56,22 @@ def packer(dict_no: int, dict_data: bytes) -> Callable[[bytes], bytes]:
 
 
 class Unpacker:
-    """Reads stored values back; ``dicts`` loads ``{dict_no: data}`` on first need."""
+    """Reads stored values back; ``load(dict_no)`` fetches a dictionary the first
+    time a value needs it (a page of rows of one id range needs one)."""
 
-    def __init__(self, dicts: Callable[[], dict[int, bytes]]) -> None:
-        self._load = dicts
-        self._decompress: dict[int, Callable[[bytes], bytes]] | None = None
+    def __init__(self, load: Callable[[int], bytes | None]) -> None:
+        self._load = load
+        self._decompress: dict[int, Callable[[bytes], bytes]] = {}
 
     def __call__(self, value: bytes) -> bytes:
         if not value or value[0] == _PLAIN:
             return value
-        if self._decompress is None:
-            magicless = zstandard.FORMAT_ZSTD1_MAGICLESS
-            self._decompress = {
-                no: zstandard.ZstdDecompressor(dict_data=_dict(data), format=magicless).decompress
-                for no, data in self._load().items()
-            }
         decompress = self._decompress.get(value[0])
         if decompress is None:
-            raise ValueError(f"stored task JSON names dictionary {value[0]}, which the index does not hold")
+            data = self._load(value[0])
+            if data is None:
+                raise ValueError(f"stored task JSON names dictionary {value[0]}, which the index does not hold")
+            magicless = zstandard.FORMAT_ZSTD1_MAGICLESS
+            decompressor = zstandard.ZstdDecompressor(dict_data=_dict(data), format=magicless)
+            decompress = self._decompress[value[0]] = decompressor.decompress
         return decompress(value[1:])

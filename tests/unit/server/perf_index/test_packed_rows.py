@@ -30,7 +30,7 @@ def test_pack_round_trip_and_plain_values() -> None:
     pack = packer(3, make_dict([SAMPLE, SAMPLE]))
     packed = pack(SAMPLE)
     assert packed[0] == 3 and len(packed) < len(SAMPLE) / 3
-    unpack = Unpacker(lambda: {3: make_dict([SAMPLE, SAMPLE])})
+    unpack = Unpacker({3: make_dict([SAMPLE, SAMPLE])}.get)
     assert unpack(packed) == SAMPLE
     assert pack(b"{}") == b"{}"  # a value that would not shrink stays plain JSON
     assert unpack(b'{"a":1}') == b'{"a":1}'
@@ -39,7 +39,7 @@ def test_pack_round_trip_and_plain_values() -> None:
 def test_unknown_dictionary_is_an_error() -> None:
     packed = packer(5, make_dict([SAMPLE]))(SAMPLE)
     with pytest.raises(ValueError, match="dictionary 5"):
-        Unpacker(lambda: {0: b"x"})(packed)
+        Unpacker({0: b"x"}.get)(packed)
     with pytest.raises(ValueError, match="out of range"):
         packer(ord("{"), b"")
 
