@@ -15,22 +15,16 @@ Exit status 0 when every pin checks out; 1 with one line per problem otherwise.
 
 from __future__ import annotations
 
-import argparse
-import io
-import logging
 import sys
-import tarfile
-import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from infra.helm_repo import pin_problems, run_check
 from ray_history_pulumi.kuberay import CHART_DEFAULT_GATES, DEFAULT_KUBERAY_VERSION, KUBERAY_CHART, KUBERAY_HELM_REPO
 
-LOG = logging.getLogger(__name__)
 STACKS_DIR = Path(__file__).resolve().parent / "stacks"
 
 
@@ -45,22 +39,8 @@ def pinned_versions(stacks_dir: Path = STACKS_DIR) -> set[str]:
     return versions
 
 
-def chart_urls(index: Mapping[str, Any], chart: str, repo: str) -> dict[str, str]:
-    """Published version -> absolute download URL, from a Helm repository's ``index.yaml``."""
-    urls: dict[str, str] = {}
-    for entry in (index.get("entries") or {}).get(chart) or []:
-        if entry.get("urls"):
-            urls[str(entry["version"])] = urllib.parse.urljoin(repo, str(entry["urls"][0]))
-    return urls
-
-
-def chart_gates(chart_archive: bytes, chart: str) -> list[tuple[str, bool]]:
-    """``featureGates`` of the chart's ``values.yaml`` inside a chart ``.tgz``."""
-    with tarfile.open(fileobj=io.BytesIO(chart_archive), mode="r:gz") as archive:
-        member = archive.extractfile(f"{chart}/values.yaml")
-        if member is None:
-            raise ValueError(f"{chart}/values.yaml is not a file in the chart archive")
-        values = yaml.safe_load(member.read()) or {}
+def chart_gates(values: Mapping[str, Any]) -> list[tuple[str, bool]]:
+    """``featureGates`` of a chart's ``values.yaml``."""
     return [(str(gate["name"]), bool(gate["enabled"])) for gate in values.get("featureGates") or []]
 
 
@@ -75,41 +55,26 @@ def gate_problems(version: str, published: Sequence[tuple[str, bool]]) -> list[s
     return [f"{version}: chart featureGates {list(published)} differ from CHART_DEFAULT_GATES[{minor!r}] {list(ours)}"]
 
 
-def _get(url: str, timeout: float) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - https, or loopback in tests
-        body: bytes = response.read()
-        return body
-
-
 def check(versions: Iterable[str], repo: str = KUBERAY_HELM_REPO, timeout: float = 60.0) -> list[str]:
     """Every problem with the pinned versions against the repository (empty: all published and equal)."""
-    repo = repo if repo.endswith("/") else repo + "/"
-    index = yaml.safe_load(_get(urllib.parse.urljoin(repo, "index.yaml"), timeout)) or {}
-    urls = chart_urls(index, KUBERAY_CHART, repo)
-    problems: list[str] = []
-    for version in sorted(versions):
-        if version not in urls:
-            problems.append(f"{version}: {KUBERAY_CHART} {version} is not in {repo}index.yaml")
-            continue
-        problems += gate_problems(version, chart_gates(_get(urls[version], timeout), KUBERAY_CHART))
-    return problems
+    return pin_problems(
+        versions, repo, KUBERAY_CHART, lambda version, values: gate_problems(version, chart_gates(values)), timeout
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.kuberay_chart_check", description=__doc__.split("\n")[0])
-    parser.add_argument("--repo", default=KUBERAY_HELM_REPO, help="Helm repository URL (default: %(default)s)")
-    parser.add_argument("--stacks-dir", type=Path, default=STACKS_DIR, help="stack files to read pins from")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    versions = pinned_versions(args.stacks_dir)
-    problems = check(versions, args.repo)
-    for problem in problems:
-        LOG.error("%s", problem)
-    if not problems:
-        LOG.info(
-            "kuberay-operator %s: published, featureGates equal to CHART_DEFAULT_GATES", ", ".join(sorted(versions))
-        )
-    return 1 if problems else 0
+    return run_check(
+        argv,
+        prog="python -m infra.kuberay_chart_check",
+        description=(__doc__ or "").split("\n")[0],
+        default_repo=KUBERAY_HELM_REPO,
+        stacks_dir=STACKS_DIR,
+        pinned=pinned_versions,
+        check=check,
+        passed=lambda versions: (
+            f"kuberay-operator {', '.join(sorted(versions))}: published, featureGates equal to CHART_DEFAULT_GATES"
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -15,22 +15,16 @@ Exit status 0 when every pin checks out; 1 with one line per problem otherwise.
 
 from __future__ import annotations
 
-import argparse
-import io
-import logging
 import sys
-import tarfile
-import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from infra.kuberay_chart_check import _get, chart_urls
+from infra.helm_repo import pin_problems, run_check
 from ray_history_pulumi.metrics import KPS_CHART, KPS_CHART_VERSION, KPS_HELM_REPO, RayMetricsArgs
 
-LOG = logging.getLogger(__name__)
 STACKS_DIR = Path(__file__).resolve().parent / "stacks"
 #: Values that are free-form maps in the chart (its values.yaml does not list their keys),
 #: or values of a subchart that kube-prometheus-stack's own values.yaml does not repeat.
@@ -63,16 +57,6 @@ def value_paths(values: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> Iter
             yield from value_paths(value, path)
 
 
-def chart_values(chart_archive: bytes, chart: str) -> dict[str, Any]:
-    """The chart's ``values.yaml`` inside a chart ``.tgz``."""
-    with tarfile.open(fileobj=io.BytesIO(chart_archive), mode="r:gz") as archive:
-        member = archive.extractfile(f"{chart}/values.yaml")
-        if member is None:
-            raise ValueError(f"{chart}/values.yaml is not a file in the chart archive")
-        loaded: dict[str, Any] = yaml.safe_load(member.read()) or {}
-        return loaded
-
-
 def unknown_keys(ours: Mapping[str, Any], published: Mapping[str, Any]) -> list[str]:
     """Our key paths the chart's values do not have (dotted)."""
     missing = []
@@ -88,33 +72,29 @@ def unknown_keys(ours: Mapping[str, Any], published: Mapping[str, Any]) -> list[
 
 def check(versions: Iterable[str], repo: str = KPS_HELM_REPO, timeout: float = 120.0) -> list[str]:
     """Every problem with the pinned versions against the repository (empty: all published and known)."""
-    repo = repo if repo.endswith("/") else repo + "/"
-    index = yaml.safe_load(_get(urllib.parse.urljoin(repo, "index.yaml"), timeout)) or {}
-    urls = chart_urls(index, KPS_CHART, repo)
     ours = RayMetricsArgs(mode="kube-prometheus-stack").helm_release_values()
-    problems: list[str] = []
-    for version in sorted(versions):
-        if version not in urls:
-            problems.append(f"{version}: {KPS_CHART} {version} is not in {repo}index.yaml")
-            continue
-        published = chart_values(_get(urls[version], timeout), KPS_CHART)
-        problems += [f"{version}: values.yaml has no {key}" for key in unknown_keys(ours, published)]
-    return problems
+    return pin_problems(
+        versions,
+        repo,
+        KPS_CHART,
+        lambda version, values: [f"{version}: values.yaml has no {key}" for key in unknown_keys(ours, values)],
+        timeout,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.metrics_chart_check", description=__doc__.split("\n")[0])
-    parser.add_argument("--repo", default=KPS_HELM_REPO, help="Helm repository URL (default: %(default)s)")
-    parser.add_argument("--stacks-dir", type=Path, default=STACKS_DIR, help="stack files to read pins from")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    versions = pinned_versions(args.stacks_dir)
-    problems = check(versions, args.repo)
-    for problem in problems:
-        LOG.error("%s", problem)
-    if not problems:
-        LOG.info("%s %s: published, every value we set is in its values.yaml", KPS_CHART, ", ".join(sorted(versions)))
-    return 1 if problems else 0
+    return run_check(
+        argv,
+        prog="python -m infra.metrics_chart_check",
+        description=(__doc__ or "").split("\n")[0],
+        default_repo=KPS_HELM_REPO,
+        stacks_dir=STACKS_DIR,
+        pinned=pinned_versions,
+        check=check,
+        passed=lambda versions: (
+            f"{KPS_CHART} {', '.join(sorted(versions))}: published, every value we set is in its values.yaml"
+        ),
+    )
 
 
 if __name__ == "__main__":

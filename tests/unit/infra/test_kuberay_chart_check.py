@@ -6,62 +6,28 @@ excerpt), so the check compares ``CHART_DEFAULT_GATES`` with what KubeRay really
 
 from __future__ import annotations
 
-import io
-import tarfile
-import threading
 from collections.abc import Iterator
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from infra import kuberay_chart_check
 from ray_history_pulumi.kuberay import CHART_DEFAULT_GATES, DEFAULT_KUBERAY_VERSION
+from tests.support.helm_repo import publish, serve_directory
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "kuberay" / "values-1.7.0-featureGates.yaml"
 
 
-def _chart(version: str, gates_yaml: str) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        for name, text in (
-            ("Chart.yaml", f"apiVersion: v2\nname: kuberay-operator\nversion: {version}\n"),
-            ("values.yaml", "image:\n  repository: quay.io/kuberay/operator\n" + gates_yaml),
-        ):
-            data = text.encode()
-            info = tarfile.TarInfo(f"kuberay-operator/{name}")
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
 @pytest.fixture
 def helm_repo(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    handler = partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
-    handler.log_message = lambda *_: None  # type: ignore[attr-defined]
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}/kuberay-helm/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_directory(tmp_path, "kuberay-helm") as url:
+        yield tmp_path, url
 
 
 def _publish(root: Path, charts: dict[str, str]) -> None:
-    (root / "kuberay-helm").mkdir(exist_ok=True)
-    entries: list[dict[str, Any]] = []
-    for version, gates in charts.items():
-        name = f"kuberay-operator-{version}.tgz"
-        (root / "kuberay-helm" / name).write_bytes(_chart(version, gates))
-        entries.append({"name": "kuberay-operator", "version": version, "urls": [name]})
-    (root / "kuberay-helm" / "index.yaml").write_text(
-        yaml.safe_dump({"apiVersion": "v1", "entries": {"kuberay-operator": entries}})
-    )
+    image = "image:\n  repository: quay.io/kuberay/operator\n"
+    publish(root / "kuberay-helm", "kuberay-operator", {v: image + gates for v, gates in charts.items()})
 
 
 def test_our_gate_list_equals_kuberay_1_7_0s_values_yaml() -> None:

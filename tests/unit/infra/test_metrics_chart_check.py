@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import io
-import tarfile
-import threading
 from collections.abc import Iterator
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +11,7 @@ import yaml  # type: ignore[import-untyped]
 
 from infra import metrics_chart_check
 from ray_history_pulumi.metrics import KPS_CHART_VERSION, RayMetricsArgs
+from tests.support.helm_repo import publish, serve_directory
 
 
 def _values_with_ours() -> dict[str, Any]:
@@ -26,44 +22,14 @@ def _values_with_ours() -> dict[str, Any]:
     return values
 
 
-def _chart(version: str, values: dict[str, Any]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        for name, text in (
-            ("Chart.yaml", f"apiVersion: v2\nname: kube-prometheus-stack\nversion: {version}\n"),
-            ("values.yaml", yaml.safe_dump(values)),
-        ):
-            data = text.encode()
-            info = tarfile.TarInfo(f"kube-prometheus-stack/{name}")
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
 @pytest.fixture
 def helm_repo(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    handler = partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
-    handler.log_message = lambda *_: None  # type: ignore[attr-defined]
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}/charts/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_directory(tmp_path, "charts") as url:
+        yield tmp_path, url
 
 
 def _publish(root: Path, charts: dict[str, dict[str, Any]]) -> None:
-    (root / "charts").mkdir(exist_ok=True)
-    entries = []
-    for version, values in charts.items():
-        name = f"kube-prometheus-stack-{version}.tgz"
-        (root / "charts" / name).write_bytes(_chart(version, values))
-        entries.append({"name": "kube-prometheus-stack", "version": version, "urls": [name]})
-    (root / "charts" / "index.yaml").write_text(
-        yaml.safe_dump({"apiVersion": "v1", "entries": {"kube-prometheus-stack": entries}})
-    )
+    publish(root / "charts", "kube-prometheus-stack", {v: yaml.safe_dump(values) for v, values in charts.items()})
 
 
 def test_a_published_pin_knowing_our_values_passes(helm_repo: tuple[Path, str]) -> None:
