@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from http.cookiejar import DefaultCookiePolicy
 
 import requests
 from flask import Flask, Request, Response, current_app
@@ -64,6 +65,9 @@ def _session(app: Flask) -> requests.Session:
         session = requests.Session()
         session.trust_env = False  # no egress proxy, no ~/.netrc credentials
         session.headers.clear()
+        # The session is shared by every caller: a cookie Grafana sets for one must
+        # never be sent on another's request.
+        session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
         adapter = HTTPAdapter(pool_connections=4, pool_maxsize=16, max_retries=0)
         session.mount("http://", adapter)
         session.mount("https://", adapter)

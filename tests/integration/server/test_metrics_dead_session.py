@@ -225,9 +225,26 @@ def test_the_metrics_tab_frames_the_sessions_absolute_window(dead: DeadSession) 
         assert frame is not None
         framed_url = frame.url
         page.screenshot(path=str(ARTIFACTS / "metrics-tab-dead-session.png"), full_page=True)
+        # The Overview's two cards frame d-solo panels with from=now-1h: the same window.
+        page.goto(f"{dead.server.url}/#/overview")
+        cards = {}
+        for title in ("Cluster Utilization", "Node Count"):
+            selector = f"iframe[title='{title}']"
+            page.frame_locator(selector).get_by_text("stand-in page").wait_for()
+            card = page.locator(selector).element_handle().content_frame()
+            assert card is not None
+            cards[title] = dict(parse_qsl(urlsplit(card.url).query))
+        page.screenshot(path=str(ARTIFACTS / "overview-dead-session.png"), full_page=True)
+    for title, card_query in cards.items():
+        assert (int(card_query["from"]), int(card_query["to"])) == (start_ms, end_ms), title
+        assert card_query["var-SessionName"] == dead.session, title
     query = dict(parse_qsl(urlsplit(framed_url).query))
     assert (int(query["from"]), int(query["to"])) == (start_ms, end_ms)
     assert query["var-SessionName"] == dead.session and query["kiosk"] == "1" and "refresh" not in query
     framed = [r for r in dead.grafana.requests if r.path.startswith("/grafana/d/rayDefaultDashboard")]
-    assert framed and all(f"from={start_ms}" in r.target and f"to={end_ms}" in r.target for r in framed)
-    assert all("cookie" not in r.headers for r in dead.grafana.requests)
+    assert framed and all(f"from={start_ms}" in r.target and f"to={end_ms}" in r.target for r in framed), [
+        r.target for r in framed
+    ]
+    assert all("cookie" not in r.headers for r in dead.grafana.requests), [
+        (r.target, r.headers) for r in dead.grafana.requests if "cookie" in r.headers
+    ]

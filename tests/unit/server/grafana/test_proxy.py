@@ -147,6 +147,12 @@ def test_a_live_selection_gets_its_newest_stored_session(world: World) -> None:
     assert body["result"] is True and body["data"]["sessionName"] == SESSION_A
 
 
+def test_a_session_url_gets_its_own_session_without_cookies(world: World) -> None:
+    client = world.client(select=None)
+    body = _json(client.get(f"/sessions/{DEMO.namespace}/{DEMO.name}/{SESSION_A}/api/grafana_health"))
+    assert body["data"]["sessionName"] == SESSION_A and body["data"]["grafanaHost"] == "/grafana"
+
+
 @pytest.mark.parametrize(
     ("route", "status", "body", "msg"),
     [
@@ -204,6 +210,9 @@ def test_headers_credentials_and_cookies(world: World) -> None:
     assert "Set-Cookie" not in answer.headers
     assert answer.headers["X-Frame-Options"] == "SAMEORIGIN"
     assert TOKEN not in answer.get_data(as_text=True)
+    # The stand-in set a cookie: the pooled upstream session must not keep it for the next caller.
+    world.client().get(location)
+    assert all("cookie" not in r.headers for r in world.upstream.requests)
 
 
 def test_a_running_sessions_page_passes_through_unchanged(world: World) -> None:
@@ -310,9 +319,14 @@ def test_prometheus_query_range_through_the_server(world: World) -> None:
 def test_without_metrics_configured_the_routes_say_which_flag(tmp_path: Path) -> None:
     config = server_config(tmp_path)
     store, _ = stored_session_a(config)
-    client = create_app(config, store=store, live=FakeLive()).test_client()
+    live = FakeLive([live_cluster()])
+    client = create_app(config, store=store, live=live).test_client()
     assert "--grafana-url" in _json(client.get(f"{PAGE}?{RAY_QUERY}"), 404)["msg"]
     assert "--prometheus-url" in _json(client.get("/prometheus/api/v1/query?query=up"), 404)["msg"]
+    # A live cluster then answers for itself (it may run its own Grafana): proxied, here unreachable.
+    for name, value in ((COOKIE_NAMESPACE, DEMO.namespace), (COOKIE_CLUSTER, DEMO.name), (COOKIE_SESSION, LIVE)):
+        client.set_cookie(name, value)
+    assert "cannot reach its dashboard" in _json(client.get("/api/grafana_health"), 502)["msg"]
 
 
 # -------------------------------------------------------------- access control
