@@ -187,10 +187,16 @@ class RayMetricsArgs:
                 "fullnameOverride": f"{KPS_FULLNAME}-grafana",
                 # The chart's Kubernetes dashboards would stay empty without the monitors above.
                 "defaultDashboardsEnabled": False,
-                # The Ray Dashboard embeds Grafana panels in iframes (Ray's KubeRay guide).
+                # The Ray Dashboard embeds Grafana panels in iframes (Ray's KubeRay guide),
+                # which the history server proxies under its own origin at /grafana/: Grafana
+                # must serve from that sub-path (its links and assets carry it).
                 "grafana.ini": {
                     "security": {"allow_embedding": True},
                     "auth.anonymous": {"enabled": True, "org_role": "Viewer"},
+                    "server": {
+                        "root_url": "%(protocol)s://%(domain)s:%(http_port)s/grafana/",
+                        "serve_from_sub_path": True,
+                    },
                 },
                 "sidecar": {
                     "dashboards": {"enabled": True, "label": "grafana_dashboard", "labelValue": "1"},

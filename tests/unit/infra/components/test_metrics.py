@@ -73,6 +73,10 @@ def test_kube_prometheus_stack_release_monitors_and_dashboards() -> None:
         "labelValue": "1",
     }
     assert values["grafana"]["grafana.ini"]["security"]["allow_embedding"] is True
+    # The history server proxies Grafana at /grafana/ (runtime/server/views/grafana.py): Grafana
+    # serves from that sub-path (https://grafana.com/docs/grafana/latest/setup-grafana/configure-grafana/#serve_from_sub_path).
+    server = values["grafana"]["grafana.ini"]["server"]
+    assert server["root_url"].endswith("/grafana/") and server["serve_from_sub_path"] is True
     # Nothing of the chart touches kube-system or the nodes (GKE Autopilot refuses both).
     assert values["nodeExporter"] == {"enabled": False}
     assert values["prometheusOperator"]["kubeletService"] == {"enabled": False}
