@@ -14,22 +14,19 @@ are framed by the Dashboard on this same origin, never by another site).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator
-from http.cookiejar import DefaultCookiePolicy
 
 import requests
 from flask import Flask, Request, Response, current_app
-from requests.adapters import HTTPAdapter
 
 from runtime.server.errors import json_error
 from runtime.server.live.headers import HOP_BY_HOP, connection_tokens
+from runtime.server.upstream_session import pooled_session
 
 logger = logging.getLogger(__name__)
 
 CHUNK = 64 * 1024
 _EXTENSION = "historyserver.metrics_upstream"
-_lock = threading.Lock()
 #: Request headers a Grafana page, its assets and its API calls use.
 REQUEST_ALLOW = frozenset(
     {
@@ -54,25 +51,8 @@ RESPONSE_DROP = HOP_BY_HOP | {"server", "date", "set-cookie", "x-frame-options"}
 
 
 def _session(app: Flask) -> requests.Session:
-    """One pooled session per app (per worker): a Grafana page is ~50 requests."""
-    found = app.extensions.get(_EXTENSION)
-    if isinstance(found, requests.Session):
-        return found
-    with _lock:
-        found = app.extensions.get(_EXTENSION)
-        if isinstance(found, requests.Session):
-            return found
-        session = requests.Session()
-        session.trust_env = False  # no egress proxy, no ~/.netrc credentials
-        session.headers.clear()
-        # The session is shared by every caller: a cookie Grafana sets for one must
-        # never be sent on another's request.
-        session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
-        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=16, max_retries=0)
-        session.mount("http://", adapter)
-        session.mount("https://", adapter)
-        app.extensions[_EXTENSION] = session
-        return session
+    """A Grafana page is ~50 requests: pooled connections."""
+    return pooled_session(app, _EXTENSION, pool_connections=4, pool_maxsize=16)
 
 
 def upstream_headers(request: Request, authorization: str | None) -> dict[str, str]:

@@ -34,7 +34,6 @@ from typing import IO, TYPE_CHECKING, Any
 import requests
 import urllib3
 from flask import Flask, Request, Response, current_app, g
-from requests.adapters import HTTPAdapter
 
 from runtime.server.config import ServerConfig
 from runtime.server.errors import json_error
@@ -42,6 +41,7 @@ from runtime.server.live.discovery import LiveAuthError, LiveCluster, LiveDirect
 from runtime.server.live.headers import downstream_headers, upstream_headers
 from runtime.server.live.streams import DisconnectWatcher, StreamSlots, shutdown_quietly
 from runtime.server.selection import Selection
+from runtime.server.upstream_session import pooled_session
 
 if TYPE_CHECKING:  # imported by the app after fork (multi-process metrics mode)
     from prometheus_client import Counter
@@ -58,26 +58,8 @@ _session_lock = threading.Lock()
 
 
 def _http_session(app: Flask, pool_size: int) -> requests.Session:
-    """One pooled session per app (per worker process): connections to a head
-    dashboard are reused across the ~10 requests of a Dashboard page."""
-    found = app.extensions.get(_EXTENSION)
-    if isinstance(found, requests.Session):
-        return found
-    with _session_lock:
-        found = app.extensions.get(_EXTENSION)
-        if isinstance(found, requests.Session):
-            return found
-        session = requests.Session()
-        # In-cluster traffic must not take an egress proxy from the environment,
-        # and ~/.netrc credentials must never reach a cluster's dashboard.
-        session.trust_env = False
-        session.headers.clear()
-        # No retries: a POST (job stop, submission) must not be sent twice.
-        adapter = HTTPAdapter(pool_connections=16, pool_maxsize=max(10, pool_size), max_retries=0)
-        session.mount("http://", adapter)
-        session.mount("https://", adapter)
-        app.extensions[_EXTENSION] = session
-        return session
+    """Connections to a head dashboard are reused across the ~10 requests of a Dashboard page."""
+    return pooled_session(app, _EXTENSION, pool_connections=16, pool_maxsize=max(10, pool_size))
 
 
 def _stream_bounds(app: Flask, limit: int) -> tuple[StreamSlots, DisconnectWatcher]:

@@ -230,6 +230,20 @@ def test_hop_by_hop_headers_dropped_both_ways(proxy: tuple[str, requests.Session
     assert "a=1; Path=/" in raw_cookies and "b=2; Path=/" in raw_cookies
 
 
+def test_a_cookie_one_caller_got_never_rides_on_anothers_requests(
+    proxy: tuple[str, requests.Session], upstream: Upstream
+) -> None:
+    """The pooled upstream session is shared by every caller of the worker: an upstream's
+    ``Set-Cookie`` goes to the browser that asked, and is never kept for the next one."""
+    url, client = proxy
+    assert client.get(f"{url}/hop", timeout=10).status_code == 200  # the upstream sets a=1, b=2
+    stranger = requests.Session()
+    for name, value in live_cookies().items():
+        stranger.cookies.set(name, value)
+    assert stranger.get(f"{url}/api/v0/nodes", timeout=10).status_code == 200
+    assert upstream.last().header("Cookie") is None
+
+
 def test_gzip_passes_through_untouched(proxy: tuple[str, requests.Session], upstream: Upstream) -> None:
     url, client = proxy
     with client.get(f"{url}/gzip", headers={"Accept-Encoding": "gzip"}, stream=True, timeout=10) as answer:
