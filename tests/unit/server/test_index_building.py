@@ -231,5 +231,8 @@ def test_a_browser_entering_waits_on_a_page_that_lands_in_the_dashboard(world: W
     assert picker.status_code == 503 and picker.get_json()["phase"] == "reading events"
     world.gate.release.set()
     landed = _until(lambda: client.get(world.enter_url(), headers=navigate), lambda a: a.status_code != 503)
-    assert landed.status_code == 302 and landed.headers["Location"].endswith("#/overview")
+    # Into the session's shareable URL (no fragment: a link's own #/... is kept by the browser).
+    assert landed.status_code == 302 and landed.headers["Location"].endswith(
+        f"/sessions/{world.sample.cluster.namespace}/{world.sample.cluster.name}/{world.sample.session}/"
+    )
     assert any(c.startswith("session_name=") for c in landed.headers.getlist("Set-Cookie"))
