@@ -10,10 +10,17 @@ from infra.config_values import ConfigError, _key
 def check_metrics(config: StackConfig) -> None:
     """``metrics`` against the rest of the stack."""
     metrics = config.metrics
-    if metrics.mode in ("managed", "external") and not metrics.prometheus_url:
+    if metrics.mode == "external" and not metrics.prometheus_url:
         raise ConfigError(
-            f"{_key('metrics.prometheusUrl')} is required with metrics.mode {metrics.mode}: the Prometheus HTTP API "
+            f"{_key('metrics.prometheusUrl')} is required with metrics.mode external: the Prometheus HTTP API "
             "as the history server reaches it (docs/metrics.md)"
+        )
+    # GKE and EKS get the cloud's query proxy; Azure has no supported one (docs/metrics.md).
+    if metrics.mode == "managed" and config.cloud == "azure" and not metrics.prometheus_url:
+        raise ConfigError(
+            f"{_key('metrics.prometheusUrl')} is required with metrics.mode managed on azure: Azure Monitor's "
+            "query endpoint needs an Entra token and Azure has no supported in-cluster query proxy; give the "
+            "URL of a proxy you run (docs/metrics.md)"
         )
     if metrics.mode == "kube-prometheus-stack" and (metrics.prometheus_url or metrics.grafana_url):
         raise ConfigError(
@@ -30,6 +37,18 @@ def check_metrics(config: StackConfig) -> None:
             raise ConfigError(
                 f"{_key('aws.clusterName')} is required with metrics.mode managed: "
                 "the managed scraper reads that cluster"
+            )
+        if (
+            config.aws is not None
+            and config.aws.identity_mode == "irsa"
+            and not config.create_cluster
+            and not metrics.prometheus_url
+        ):
+            # The query proxy's role is assumed through EKS Pod Identity, whose agent a cluster
+            # the stack did not create may lack.
+            raise ConfigError(
+                f"{_key('metrics.prometheusUrl')} is required with metrics.mode managed and aws.identityMode irsa "
+                "on an existing cluster: the AMP query proxy the program deploys uses EKS Pod Identity"
             )
     if metrics.mode != "off" and metrics.namespace in (config.namespace, *config.workloads.namespaces):
         raise ConfigError(

@@ -113,7 +113,7 @@ class HistoryServerArgs:
     image_ready: list[pulumi.Resource] = field(default_factory=list)
     cluster_role_annotations: pulumi.Input[dict[str, str]] = field(default_factory=dict)
     shared_index: str | None = None
-    metrics_env: dict[str, str] = field(default_factory=dict)
+    metrics_env: dict[str, pulumi.Input[str]] = field(default_factory=dict)
 
     def validate(self) -> None:
         if isinstance(self.image, str) and not self.image.strip():
@@ -291,9 +291,10 @@ class HistoryServerK8s(pulumi.ComponentResource):
             pulumi.Output.from_input(args.wiring.env),
             pulumi.Output.from_input(args.wiring.server.env),
             pulumi.Output.all(**server_shared_index_env(args.wiring, args.shared_index_mode())),
+            pulumi.Output.all(**args.metrics_env),  # managed metrics on EKS: the URL names the workspace
         ).apply(
             lambda parts: container_env(
-                {**dict(parts[0] or {}), **dict(parts[2]), **args.metrics_env},
+                {**dict(parts[0] or {}), **dict(parts[2]), **dict(parts[3])},
                 dict(parts[1] or {}),
                 args.wiring.secret_env,
             )

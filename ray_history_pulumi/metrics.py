@@ -8,9 +8,10 @@ Grafana dashboards in the stack's Grafana.
   on a PersistentVolume with ``retention``, Grafana with its dashboard sidecar), a
   ServiceMonitor of Ray head Services and a PodMonitor of Ray workers (Ray's KubeRay guide),
   and Ray's dashboards as ConfigMaps the sidecar loads.
-* ``managed``: the cloud's managed Prometheus (:mod:`ray_history_pulumi.metrics_managed`);
-  the dashboards are ConfigMaps for a Grafana with the dashboard sidecar in ``namespace``,
-  and the history server reaches the store and Grafana at the given URLs.
+* ``managed``: the cloud's managed Prometheus (:mod:`ray_history_pulumi.metrics_managed`),
+  read through the cloud's query proxy unless ``prometheus_url`` is given (GKE, EKS;
+  :mod:`ray_history_pulumi.metrics_proxies`), and unless ``grafana_url`` is given a Helm
+  release of the ``grafana`` chart whose sidecar loads the dashboards' ConfigMaps.
 * ``external``: the team's own Prometheus and Grafana at the given URLs; nothing installed.
 
 :attr:`RayMetrics.server_env` is what the history server Deployment gets
@@ -30,6 +31,7 @@ import pulumi_kubernetes as k8s
 
 from ray_history_pulumi import grafana, metrics_scrape
 from ray_history_pulumi.metrics_managed import ManagedMetricsArgs, custom_resource, managed_store
+from ray_history_pulumi.metrics_proxies import GRAFANA_FULLNAME, grafana_release, service_url
 
 METRICS_MODES = ("off", "kube-prometheus-stack", "managed", "external")
 KPS_HELM_REPO = "https://prometheus-community.github.io/helm-charts"
@@ -82,8 +84,10 @@ class RayMetricsArgs:
         storage_class: its StorageClass; empty = the cluster's default.
         scrape_interval: how often Ray pods are scraped; short jobs need short intervals.
         prometheus_url: ``managed`` and ``external``: the Prometheus HTTP API as the history
-            server reaches it (``external``: required).
-        grafana_url: the Grafana as the history server reaches it (optional).
+            server reaches it (``external`` and ``managed`` on azure: required; ``managed``
+            elsewhere: empty = the query proxy the program deploys).
+        grafana_url: the Grafana as the history server reaches it (optional; ``managed``:
+            empty = the Grafana the program installs).
         datasource: the Grafana datasource name of the store (``--prometheus-datasource``).
         dashboards: provision Ray's dashboards (kube-prometheus-stack, managed).
         managed: the cloud side of ``managed``.
@@ -119,8 +123,11 @@ class RayMetricsArgs:
             raise ValueError(f"storage_size: {self.storage_size!r} is not a size like 50Gi")
         if not self.datasource.strip():
             raise ValueError("datasource: the Grafana datasource name is required")
-        if self.mode in ("managed", "external") and not self.prometheus_url:
-            raise ValueError(f"prometheus_url: required with mode {self.mode} (the store's Prometheus HTTP API)")
+        if not self.prometheus_url and (
+            self.mode == "external" or (self.mode == "managed" and self.managed is not None and not self.proxied())
+        ):
+            where = "mode external" if self.mode == "external" else "mode managed on azure (no query proxy there)"
+            raise ValueError(f"prometheus_url: required with {where}: the store's Prometheus HTTP API")
         if self.prometheus_url:
             check_url(self.prometheus_url, "prometheus_url")
         if self.grafana_url:
@@ -130,8 +137,22 @@ class RayMetricsArgs:
                 raise ValueError("managed: the cloud side is required with mode managed")
             self.managed.validate()
 
+    def proxied(self) -> bool:
+        """``managed`` with a query proxy the program deploys (no ``prometheus_url``; GKE, EKS)."""
+        return (
+            self.mode == "managed"
+            and not self.prometheus_url
+            and self.managed is not None
+            and self.managed.cloud in ("gcp", "aws")
+        )
+
+    def installs_grafana(self) -> bool:
+        """``managed`` without ``grafana_url``: the program installs a Grafana."""
+        return self.mode == "managed" and not self.grafana_url
+
     def urls(self) -> tuple[str, str]:
-        """(Prometheus, Grafana) as the history server reaches them; "" = none."""
+        """(Prometheus, Grafana) as the history server reaches them; "" = none (``managed``
+        with a query proxy: the proxy's URL is known once it exists, see :class:`RayMetrics`)."""
         if self.mode == "kube-prometheus-stack":
             base = "svc.cluster.local"
             return (
@@ -139,17 +160,24 @@ class RayMetricsArgs:
                 f"http://{KPS_FULLNAME}-grafana.{self.namespace}.{base}:{GRAFANA_PORT}",
             )
         if self.mode in ("managed", "external"):
-            return check_url(self.prometheus_url, "prometheus_url"), (
-                check_url(self.grafana_url, "grafana_url") if self.grafana_url else ""
-            )
+            prometheus = check_url(self.prometheus_url, "prometheus_url") if self.prometheus_url else ""
+            if self.grafana_url:
+                return prometheus, check_url(self.grafana_url, "grafana_url")
+            if self.installs_grafana():
+                return prometheus, service_url(GRAFANA_FULLNAME, self.namespace, GRAFANA_PORT)
+            return prometheus, ""
         return "", ""
 
-    def server_env(self) -> dict[str, str]:
-        """The history server's metrics settings (none with ``off``)."""
+    def server_env(self, proxy_url: pulumi.Input[str] | None = None) -> dict[str, pulumi.Input[str]]:
+        """The history server's metrics settings (none with ``off``); ``proxy_url``: the query
+        proxy's Prometheus URL when :meth:`proxied` (an Output on EKS: it names the workspace)."""
+        prometheus: pulumi.Input[str]
         prometheus, grafana_url = self.urls()
+        if proxy_url is not None and not prometheus:
+            prometheus = proxy_url
         if not prometheus:
             return {}
-        env = {"PROMETHEUS_URL": prometheus, "PROMETHEUS_DATASOURCE": self.datasource}
+        env: dict[str, pulumi.Input[str]] = {"PROMETHEUS_URL": prometheus, "PROMETHEUS_DATASOURCE": self.datasource}
         if grafana_url:
             env["GRAFANA_URL"] = grafana_url
             env["GRAFANA_DASHBOARD_UIDS"] = ",".join(grafana.dashboard_uids())
@@ -230,14 +258,16 @@ class RayMetrics(pulumi.ComponentResource):
         HistoryServerArgs(..., metrics_env=metrics.server_env)
     """
 
-    server_env: dict[str, str]
+    server_env: dict[str, pulumi.Input[str]]
     release: k8s.helm.v3.Release | None
+    grafana: k8s.helm.v3.Release | None
 
     def __init__(self, name: str, args: RayMetricsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("rayhistory:k8s:RayMetrics", name, None, opts)
         args.validate()
         self.server_env = args.server_env()
         self.release = None
+        self.grafana = None
         self.objects: list[pulumi.Resource] = []
         labels = {"app.kubernetes.io/part-of": "ray-history", "app.kubernetes.io/component": "metrics"}
         child = pulumi.ResourceOptions(parent=self)
@@ -248,7 +278,7 @@ class RayMetrics(pulumi.ComponentResource):
                 f"{name}-ns", metadata={"name": args.namespace, "labels": labels}, opts=child
             )
             in_ns = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
-            self.objects += managed_store(
+            made, proxy_url = managed_store(
                 name,
                 args.managed,
                 namespace=args.namespace,
@@ -257,7 +287,19 @@ class RayMetrics(pulumi.ComponentResource):
                 labels=labels,
                 parent=self,
                 depends_on=[namespace],
+                query_proxy=args.proxied(),
             )
+            self.objects += made
+            self.server_env = args.server_env(proxy_url)
+            if args.installs_grafana():
+                self.grafana = grafana_release(
+                    name,
+                    namespace=args.namespace,
+                    release_name=args.release_name,
+                    datasource=args.datasource,
+                    prometheus_url=self.server_env["PROMETHEUS_URL"],
+                    opts=in_ns,
+                )
             if args.dashboards:
                 self.objects += self._dashboards(name, args, labels, in_ns)
         self.register_outputs({"serverEnv": self.server_env})

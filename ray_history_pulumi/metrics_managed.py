@@ -15,21 +15,24 @@
   Linking the cluster to the workspace (``az aks update --enable-azure-monitor-metrics``)
   creates the collection rules; docs/metrics.md shows it.
 
-Each managed store needs cloud credentials to query; the history server and Grafana reach it
-through the query proxy the cloud documents (GMP's frontend, AWS SigV4 proxy, Azure Managed
-Grafana), so the URLs are settings (docs/metrics.md).
+Each managed store needs cloud credentials to query: unless a Prometheus URL is given, the
+history server and Grafana reach it through the query proxy the cloud documents
+(:mod:`ray_history_pulumi.metrics_proxies`: GMP's frontend on GKE, the AWS SigV4 proxy on EKS;
+AKS has no supported one, so there the URL is required).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from ray_history_pulumi import metrics_scrape
+from ray_history_pulumi.metrics_proxies import AwsIdentity, gmp_frontend, sigv4_proxy
 
 MANAGED_CLOUDS = ("gcp", "aws", "azure")
 #: The Kubernetes user AWS's documentation maps the managed scraper's role to.
@@ -71,6 +74,8 @@ class ManagedMetricsArgs:
         azure_resource_group: Azure: where the Azure Monitor workspace goes.
         azure_location: Azure: its region.
         workspace_name: name of the AMP / Azure Monitor workspace.
+        aws_identity: AWS: how the query proxy's service account assumes its role (the
+            history server's mechanism; ``cluster_name`` defaults to ``eks_cluster_name``).
     """
 
     cloud: str
@@ -79,6 +84,7 @@ class ManagedMetricsArgs:
     azure_resource_group: pulumi.Input[str] | None = None
     azure_location: pulumi.Input[str] = ""
     workspace_name: str = "ray-history-metrics"
+    aws_identity: AwsIdentity | None = None
 
     def validate(self) -> None:
         if self.cloud not in MANAGED_CLOUDS:
@@ -89,6 +95,19 @@ class ManagedMetricsArgs:
             raise ValueError("managed.eks_cluster_name: the EKS cluster the scraper reads is required on aws")
         if self.cloud == "azure" and (self.azure_resource_group is None or self.azure_location == ""):
             raise ValueError("managed.azure_resource_group, managed.azure_location: required on azure")
+        identity = self.aws_identity
+        if identity is not None and identity.mode not in ("pod-identity", "irsa"):
+            raise ValueError(f"managed.aws_identity.mode: {identity.mode!r} is not pod-identity or irsa")
+        if (
+            identity is not None
+            and identity.mode == "irsa"
+            and None
+            in (
+                identity.oidc_provider_arn,
+                identity.oidc_issuer_url,
+            )
+        ):
+            raise ValueError("managed.aws_identity.oidc_provider_arn, .oidc_issuer_url: required with irsa")
 
 
 def role_arn_without_path(arn: str) -> str:
@@ -115,11 +134,14 @@ def managed_store(
     labels: dict[str, str],
     parent: pulumi.Resource,
     depends_on: Sequence[pulumi.Resource] = (),
-) -> list[pulumi.Resource]:
-    """The store and scrape objects of ``args.cloud``; Kubernetes objects use the parent's provider."""
+    query_proxy: bool = True,
+) -> tuple[list[pulumi.Resource], pulumi.Input[str] | None]:
+    """The store and scrape objects of ``args.cloud``, and with ``query_proxy`` the cloud's query
+    proxy: (resources, the proxy's Prometheus URL or None). Kubernetes objects use the parent's provider."""
     on_k8s = pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on))
+    on_cloud = pulumi.ResourceOptions(parent=parent, provider=args.cloud_provider, depends_on=list(depends_on))
     if args.cloud == "gcp":
-        return [
+        made: list[pulumi.Resource] = [
             custom_resource(
                 f"{name}-podmonitoring-{ns}",
                 metrics_scrape.gmp_pod_monitoring(name="ray", namespace=ns, labels=labels, interval=interval),
@@ -127,9 +149,19 @@ def managed_store(
             )
             for ns in workload_namespaces
         ]
-    on_cloud = pulumi.ResourceOptions(parent=parent, provider=args.cloud_provider, depends_on=list(depends_on))
+        if not query_proxy:
+            return made, None
+        frontend = gmp_frontend(
+            f"{name}-frontend",
+            namespace=namespace,
+            labels=labels,
+            cloud_provider=args.cloud_provider,
+            on_k8s=on_k8s,
+            on_cloud=on_cloud,
+        )
+        return [*made, *frontend.resources], frontend.url
     if args.cloud == "aws":
-        return _amp(
+        made = _amp(
             name,
             args,
             workload_namespaces=workload_namespaces,
@@ -138,6 +170,27 @@ def managed_store(
             on_k8s=on_k8s,
             on_cloud=on_cloud,
         )
+        if not query_proxy:
+            return made, None
+        import pulumi_aws as aws
+
+        workspace = cast(aws.amp.Workspace, made[0])  # _amp lists the workspace first
+        identity = args.aws_identity or AwsIdentity()
+        if identity.cluster_name is None:
+            identity = dataclasses.replace(identity, cluster_name=args.eks_cluster_name)
+        proxy = sigv4_proxy(
+            f"{name}-sigv4",
+            namespace=namespace,
+            labels=labels,
+            workspace_id=workspace.id,
+            workspace_arn=workspace.arn,
+            identity=identity,
+            cloud_provider=args.cloud_provider,
+            on_k8s=on_k8s,
+            on_cloud=on_cloud,
+        )
+        return [*made, *proxy.resources], proxy.url
+    # AKS: no supported query proxy (metrics_proxies), the URL is a setting.
     return _azure_monitor(
         name,
         args,
@@ -147,7 +200,7 @@ def managed_store(
         labels=labels,
         on_k8s=on_k8s,
         on_cloud=on_cloud,
-    )
+    ), None
 
 
 def _amp(

@@ -54,7 +54,25 @@ def test_every_key_is_read() -> None:
     [
         ({"metrics": {"mode": "prometheus"}}, r"metrics\.mode must be one of off, kube-prometheus-stack"),
         ({"metrics": {"mode": "external"}}, r"metrics\.prometheusUrl is required with metrics\.mode external"),
-        ({"metrics": {"mode": "managed"}}, r"metrics\.prometheusUrl is required with metrics\.mode managed"),
+        (
+            {"cloud": "azure", "gcp": None, "azure": AZURE, "metrics": {"mode": "managed"}},
+            r"metrics\.prometheusUrl is required with metrics\.mode managed on azure",
+        ),
+        (
+            {
+                "cloud": "aws",
+                "gcp": None,
+                "aws": {
+                    "region": "us-east-1",
+                    "clusterName": "ray",
+                    "identityMode": "irsa",
+                    "oidcProviderArn": "arn:aws:iam::1:oidc-provider/x",
+                    "oidcIssuerUrl": "https://oidc.eks.us-east-1.amazonaws.com/id/ABC",
+                },
+                "metrics": {"mode": "managed"},
+            },
+            r"metrics\.prometheusUrl is required with metrics\.mode managed and aws\.identityMode irsa",
+        ),
         ({"metrics": {"mode": "external", "prometheusUrl": "prometheus:9090"}}, r"metrics\.prometheusUrl must be an"),
         ({"metrics": {"grafanaUrl": "file:///etc"}}, r"metrics\.grafanaUrl must be an http"),
         ({"metrics": {"retention": "90 days"}}, r"metrics\.retention must be a Prometheus duration"),
@@ -109,3 +127,11 @@ def test_managed_on_each_cloud() -> None:
     aws = {"region": "us-east-1", "clusterName": "ray"}
     assert parse_config(base(cloud="aws", gcp=None, aws=aws, metrics=managed)).metrics.mode == "managed"
     assert parse_config(base(cloud="azure", gcp=None, azure=AZURE, metrics=managed)).metrics.mode == "managed"
+
+
+def test_managed_on_gke_and_eks_needs_no_urls() -> None:
+    """The program deploys the query proxy and Grafana there (ray_history_pulumi/metrics_proxies.py)."""
+    managed = {"mode": "managed"}
+    assert parse_config(base(metrics=managed)).metrics.prometheus_url == ""
+    aws = {"region": "us-east-1", "clusterName": "ray"}
+    assert parse_config(base(cloud="aws", gcp=None, aws=aws, metrics=managed)).metrics.mode == "managed"

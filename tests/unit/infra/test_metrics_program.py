@@ -128,3 +128,41 @@ def test_a_created_eks_cluster_is_what_the_scraper_reads() -> None:
     assert entry.inputs["clusterName"] == cluster.state["name"]
     calls = [args for token, args, _ in mocks.calls if token == "aws:eks/getCluster:getCluster"]
     assert calls and all(args["name"] == cluster.state["name"] for args in calls)
+
+
+@pytest.mark.parametrize(
+    ("stack", "proxy", "cloud_types", "url_prefix"),
+    [
+        (
+            "gke",
+            "gmp-frontend",
+            {"gcp:projects/iAMMember:IAMMember"},
+            "http://gmp-frontend.ray-metrics.svc.cluster.local:9090",
+        ),
+        (
+            "eks",
+            "aps-query-proxy",
+            {"aws:iam/rolePolicy:RolePolicy", "aws:eks/podIdentityAssociation:PodIdentityAssociation"},
+            "http://aps-query-proxy.ray-metrics.svc.cluster.local:8005/workspaces/",
+        ),
+    ],
+)
+def test_managed_without_urls_deploys_the_query_proxy_and_grafana(
+    stack: str, proxy: str, cloud_types: set[str], url_prefix: str
+) -> None:
+    """No manual step on GKE and EKS: the program runs the cloud's query proxy with the stack's
+    cloud provider and a Grafana reading it, and the server's URLs are theirs (metrics_proxies.py)."""
+    mocks, outputs = deploy_with(_with_metrics(stack, {"mode": "managed"}))
+    package = {"gke": "gcp", "eks": "aws"}[stack]
+    for typ in cloud_types:
+        made = [r for r in mocks.of_type(typ) if r.name.startswith("metrics-")]
+        assert made, f"missing the proxy's {typ}"
+        assert all(r.provider_name == package for r in made), f"{typ} without the stack's {package} provider"
+    deployments = {r.inputs["metadata"]["name"] for r in mocks.of_type("kubernetes:apps/v1:Deployment")}
+    assert proxy in deployments
+    charts = sorted(r.inputs["chart"] for r in mocks.of_type("kubernetes:helm.sh/v3:Release"))
+    assert charts == ["grafana", "kuberay-operator"]
+    env = container_env(_deployment(mocks))
+    assert env["PROMETHEUS_URL"].startswith(url_prefix)
+    assert env["GRAFANA_URL"] == "http://ray-metrics-grafana.ray-metrics.svc.cluster.local:80"
+    assert outputs["metrics"]["PROMETHEUS_URL"] == env["PROMETHEUS_URL"]
