@@ -77,7 +77,8 @@ def run_check(
 ) -> int:
     """A check's command line: exit 0 when every pin checks out, 1 with one line per problem."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--repo", default=default_repo, help="Helm repository URL (default: %(default)s)")
+    shown = default_repo or "each chart's own"
+    parser.add_argument("--repo", default=default_repo, help=f"Helm repository URL (default: {shown})")
     parser.add_argument("--stacks-dir", type=Path, default=stacks_dir, help="stack files to read pins from")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
