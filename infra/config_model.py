@@ -124,8 +124,8 @@ class MetricsSettings:
         mode: ``off``; ``kube-prometheus-stack`` (the program installs it: Prometheus on a
             volume, Grafana with Ray's dashboards, scrape objects for Ray pods); ``managed``
             (the cloud's managed Prometheus: GKE Managed Service for Prometheus, Amazon Managed
-            Service for Prometheus, Azure Monitor managed Prometheus, with the scrape objects and
-            Ray's dashboards for a Grafana with the dashboard sidecar); ``external`` (the team's
+            Service for Prometheus, Azure Monitor managed Prometheus, with the scrape objects, the
+            cloud's query proxy on gcp/aws, and a Grafana with Ray's dashboards); ``external`` (the team's
             own Prometheus and Grafana at ``prometheusUrl`` / ``grafanaUrl``; nothing installed).
         namespace: namespace of the kube-prometheus-stack release, and of the dashboards' ConfigMaps.
         chart_version: kube-prometheus-stack chart version.
@@ -135,8 +135,10 @@ class MetricsSettings:
         storage_class: its StorageClass; empty = the cluster's default.
         scrape_interval: how often Ray pods are scraped (a Prometheus duration).
         prometheus_url: ``managed``, ``external``: the Prometheus HTTP API as the history server
-            reaches it (required there; an http:// or https:// URL).
-        grafana_url: ``managed``, ``external``: Grafana as the history server reaches it (optional).
+            reaches it (an http:// or https:// URL; required with ``external`` and with ``managed``
+            on azure; ``managed`` on gcp/aws: empty = the query proxy the program runs).
+        grafana_url: ``managed``, ``external``: Grafana as the history server reaches it (optional;
+            ``managed``: empty = the Grafana the program installs).
         datasource: the Grafana datasource name of the store (the server's ``--prometheus-datasource``).
         dashboards: provision Ray's Grafana dashboards (``kube-prometheus-stack``, ``managed``).
     """
