@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import orjson
+
 from runtime.storage.errors import InvalidKeyError
 from runtime.storage.layout import endpoint_storage_name
 
@@ -27,6 +29,8 @@ SERVE_URI = "/api/serve/applications/"
 PLACEMENT_GROUPS_URI = "/api/v0/placement_groups?detail=1&limit=10000"
 JOBS_URI = "/api/jobs/"
 DATASETS_URI = "/api/data/datasets/{job_id}"
+#: Its ``session_name`` says which Ray session the dashboard answers for.
+VERSION_URI = "/api/version"
 
 FETCH_ONCE: tuple[tuple[str, str], ...] = ((CLUSTER_METADATA_URI, "cluster_metadata"), (TIMEZONE_URI, "timezone"))
 BUILTIN_POLLED: tuple[tuple[str, str], ...] = (
@@ -99,3 +103,14 @@ class DatasetPollState:
             self.terminal_stored.add(job_id)
         elif terminal:
             self.empty_runs[job_id] = self.empty_runs.get(job_id, 0) + 1
+
+
+def served_session(body: bytes) -> str | None:
+    """The session a dashboard answers for (``/api/version``'s ``session_name``); None
+    when the answer does not say."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    name = value.get("session_name") if isinstance(value, dict) else None
+    return name if isinstance(name, str) and name else None

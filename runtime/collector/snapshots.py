@@ -47,10 +47,12 @@ from runtime.collector.snapshot_endpoints import (
     SERVE_URI,
     TERMINAL_JOB_STATES,
     TIMEZONE_URI,
+    VERSION_URI,
     DatasetPollState,
     OnceState,
     fresh_once_states,
     polled_endpoints,
+    served_session,
 )
 from runtime.storage.base import ObjectStore
 from runtime.storage.errors import InvalidKeyError, StorageError
@@ -281,6 +283,17 @@ class SnapshotRecorder:
             return None, False
         return resp, False
 
+    def _serves(self, session: str, mode: _Pass) -> bool:
+        """False when the dashboard says it answers for another session (an answer that
+        does not say, or none, keeps the previous behaviour: store)."""
+        resp, _ = self._get(VERSION_URI, "version", mode)
+        served = served_session(resp.body) if resp is not None else None
+        if served is None or served == session:
+            return True
+        self._outcome("version", "other_session")
+        logger.info("the dashboard answers for session %s, not %s: this poll is not stored", served, session)
+        return False
+
     def _save(
         self,
         session: str,
@@ -330,9 +343,13 @@ class SnapshotRecorder:
             state.retry_later(self._clock())
 
     def _poll(self, session: str, mode: _Pass) -> None:
-        """One pass over the polled endpoints, then the per-job datasets."""
+        """One pass over the polled endpoints, then the per-job datasets. The answers are
+        stored only once the dashboard says it still serves ``session``: a head that
+        restarted answers for its new session while discovery may still name the old one,
+        whose stored job list must not be replaced by the new session's."""
         try:
             jobs: list[tuple[str, str]] = []
+            fetched: list[tuple[str, str, bytes]] = []
             for uri, name in self._polled:
                 resp, _ = self._get(uri, name, mode)
                 if resp is None:
@@ -347,7 +364,11 @@ class SnapshotRecorder:
                     # list at shutdown must not replace the last real one.
                     self._outcome(name, "empty")
                     continue
-                self._save(session, uri, name, resp.body, mode)
+                fetched.append((uri, name, resp.body))
+            if fetched and not self._serves(session, mode):
+                return
+            for uri, name, body in fetched:
+                self._save(session, uri, name, body, mode)
             for job_id, status in jobs:
                 self._poll_dataset(session, job_id, status in TERMINAL_JOB_STATES, mode)
         except _CancelledError:

@@ -26,6 +26,7 @@ from runtime.collector.snapshots import (
     PLACEMENT_GROUPS_URI,
     SERVE_URI,
     TIMEZONE_URI,
+    VERSION_URI,
     SnapshotRecorder,
 )
 from runtime.storage.errors import ObjectNotFoundError
@@ -49,6 +50,11 @@ SERVE_EMPTY: dict[str, object] = {"applications": {}}
 DATASETS = {"datasets": [{"dataset": "ds_1", "state": "FINISHED", "progress": 10}]}
 DATASETS_EMPTY: dict[str, object] = {"datasets": []}
 FAST_RETRY = RetryPolicy(attempts=1, deadline=0)
+
+
+def version(session: str) -> dict[str, str]:
+    """Ray 2.60's ``/api/version`` answer for ``session``."""
+    return {"version": "4", "ray_version": "2.60.0", "session_name": session}
 
 
 def ds_uri(job: str) -> str:
@@ -97,6 +103,8 @@ class Rig:
         return self.metrics.registry.get_sample_value("ray_history_collector_markers_written_total") or 0.0
 
     def switch_session(self, name: str = SESSION_B, node: str = OTHER_NODE) -> None:
+        """Ray restarted: a new session directory, and the dashboard answers for it."""
+        self.fake.reply(VERSION_URI, version(name))
         make_session(self.root, name, node)
         point_latest(self.root, name)
         self.identity.refresh()
@@ -144,6 +152,7 @@ def serve_defaults(fake: FakeDashboard, job_list: list[dict[str, object]] | None
     fake.reply(SERVE_URI, SERVE_APPS)
     fake.sample(PLACEMENT_GROUPS_URI, "api_v0_placement_groups_detail_limit10000.json")
     fake.reply(JOBS_URI, job_list if job_list is not None else [])
+    fake.reply(VERSION_URI, version(SESSION_A))
 
 
 # ------------------------------------------------------------------ markers
@@ -201,6 +210,7 @@ def test_exact_uris_keys_and_verbatim_bodies(tmp_path: Path, fake: FakeDashboard
         SERVE_URI,
         PLACEMENT_GROUPS_URI,
         JOBS_URI,
+        VERSION_URI,  # the answers are stored only if the dashboard still serves this session
         ds_uri("03000000"),
         ds_uri("02000000"),
         ds_uri("04000000"),
@@ -493,3 +503,24 @@ def test_in_flight_answer_after_stop_is_not_stored(tmp_path: Path, fake: FakeDas
     assert not thread.is_alive()
     assert rig.stored(SERVE_URI) == final  # the late periodic answer never overwrote it
     assert rig.stored(PLACEMENT_GROUPS_URI) is not None  # stored by the final poll
+
+
+def test_a_restarted_heads_answers_are_not_stored_under_the_old_session(tmp_path: Path, fake: FakeDashboard) -> None:
+    """Found by the two-node head-restart scenario: Ray restarted on the head, discovery
+    still named the old session, and the new dashboard's empty job list replaced the old
+    session's stored one (its jobs lost their status). ``/api/version`` names the session
+    the dashboard serves; a poll for another session is not stored."""
+    serve_defaults(fake, jobs(("02000000", "SUCCEEDED")))
+    fake.reply(VERSION_URI, version(SESSION_A))
+    rig = build(tmp_path, fake)
+    rig.cycle()
+    first = rig.stored(JOBS_URI)
+    assert first is not None and b"SUCCEEDED" in first
+    fake.reply(JOBS_URI, [])  # the new session's dashboard, same address
+    fake.reply(VERSION_URI, version(SESSION_B))
+    rig.cycle()
+    assert rig.stored(JOBS_URI) == first, "the old session keeps its job list"
+    assert rig.outcome("version", "other_session") == 1
+    rig.switch_session()  # discovery catches up: the new session's answers go to it
+    rig.recorder.tick()
+    assert rig.stored(JOBS_URI, SESSION_B) == b"[]"
