@@ -187,7 +187,11 @@ def test_pulumi_components_list_without_any_sdk(venv: Venv, built: Built) -> Non
     done = venv.run(venv.bin("python"), "-c", code)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
-    expected = sorted(p.stem for p in (built.source / "ray_history_pulumi").glob("*.py") if p.stem != "__init__")
+    source = built.source / "ray_history_pulumi"
+    expected = sorted(
+        [p.stem for p in source.glob("*.py") if p.stem != "__init__"]
+        + [p.parent.name for p in source.glob("*/__init__.py")]  # subpackages (grafana: Ray's dashboards)
+    )
     assert found["modules"] == expected
     assert found["loaded"] == []
     assert found["pulumi"] is False, "[collector,server,cli] must not install the Pulumi SDK"
