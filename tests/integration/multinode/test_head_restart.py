@@ -64,9 +64,6 @@ def test_head_restart_stores_both_sessions(cluster: TwoNodeCluster, tmp_path: Pa
     tasks_1 = run_job(cluster, "first")
     session_1 = cluster.head.session_dir().name
     ids_1 = cluster.node_ids()
-    for node in (cluster.head, cluster.worker):
-        # Ray exports asynchronously; under load a node's first batch can take seconds.
-        wait_until(partial(acknowledged_in, node, session_1), 60, f"the {node.role}'s events of {session_1}")
     time.sleep(3)  # Ray's publisher flushes the last events every ~1 s
 
     # --- the head restarts: Ray stops everywhere, the collectors stay
