@@ -35,6 +35,7 @@ GCS_PORT = 6379
 DASHBOARD_PORT = 8265
 EVENTS_PORT = 8084  # the collector's, as KubeRay injects it
 RECORDER_PORT = 18084  # Ray exports here; the recorder forwards to EVENTS_PORT
+AGENT_PORT = 52365  # Ray's dashboard agent HTTP port (its default)
 ROOT_DIR = "hist"
 WORKLOADS = Path(__file__).with_name("workloads")
 CLUSTER = ClusterRef(namespace="default", name="raycluster-two-nodes")
@@ -204,6 +205,11 @@ class TwoNodeCluster:
         wait_until(self._dashboard_up, 180, f"the head's dashboard (see {self.workdir}/head-ray-start.log)")
         self.worker.start_ray()
         wait_until(lambda: self.alive_nodes() == 2, 180, "two ALIVE nodes in /api/v0/nodes")
+        for node in (self.head, self.worker):
+            # Ray's dashboard agent (its event aggregator) starts after the raylet; a task run
+            # before it listens can lose its events. KubeRay's readiness probe waits on it too.
+            agent_up = partial(port_open, node.ns, node.ip, AGENT_PORT)
+            wait_until(agent_up, 180, f"the {node.role}'s dashboard agent (:{AGENT_PORT})")
 
     def _dashboard_up(self) -> bool:
         assert self.head.ray is not None
