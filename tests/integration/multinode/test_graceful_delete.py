@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.integration.multinode.cluster import CLUSTER, TwoNodeCluster, compare_logs
-from tests.integration.ray_harness import stored_events, unique_id
+from tests.integration.ray_harness import stored_events, unique_id, wait_until
 from tests.integration.server.harness import HistoryServerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.multinode, pytest.mark.slow]
@@ -30,16 +30,34 @@ def test_graceful_delete_keeps_both_nodes_complete(cluster: TwoNodeCluster, tmp_
     ids = cluster.node_ids()
     head_id, worker_id = ids[cluster.head.ip], ids[cluster.worker.ip]
     assert head_id != worker_id
-    live_tasks = cluster.get("/api/v0/tasks?detail=1&limit=10000")["data"]["result"]["result"]
-    assert {t["node_id"] for t in live_tasks if t["name"] == "on_worker"} == {worker_id}
-    # What the live dashboard answers for the worker's task logs, to compare with the history server.
-    live_logs = {
-        (t["task_id"], suffix): cluster.get_text(f"/api/v0/logs/file?task_id={t['task_id']}&suffix={suffix}")
-        for t in live_tasks
-        if t["name"] in ("on_worker", "fails_on_worker")
-        for suffix in ("out", "err")
-    }
-    assert all("says hello" in live_logs[(t["task_id"], "out")] for t in live_tasks if t["name"] == "on_worker")
+
+    # The reference is the live dashboard once it has caught up with the job (under load
+    # the workers' task events and log lines reach it a few seconds after the job ends).
+    def live_view() -> tuple[list[dict[str, Any]], dict[tuple[str, str], str]]:
+        tasks = cluster.get("/api/v0/tasks?detail=1&limit=10000")["data"]["result"]["result"]
+        logs = {
+            (t["task_id"], suffix): cluster.get_text(f"/api/v0/logs/file?task_id={t['task_id']}&suffix={suffix}")
+            for t in tasks
+            if t["name"] in ("on_worker", "fails_on_worker")
+            for suffix in ("out", "err")
+        }
+        return tasks, logs
+
+    def settled(view: tuple[list[dict[str, Any]], dict[tuple[str, str], str]]) -> bool:
+        tasks, logs = view
+        on_worker = [t for t in tasks if t["name"] == "on_worker"]
+        return {t["node_id"] for t in on_worker} == {worker_id} and all(
+            "says hello" in logs[(t["task_id"], "out")] for t in on_worker
+        )
+
+    latest: list[tuple[list[dict[str, Any]], dict[tuple[str, str], str]]] = []
+
+    def caught_up() -> bool:
+        latest[:] = [live_view()]
+        return settled(latest[0])
+
+    wait_until(caught_up, 60, "the live dashboard to list each on_worker task on the worker, with its log")
+    live_tasks, live_logs = latest[0]
     time.sleep(3)  # Ray's publisher flushes the last events every ~1 s
 
     # --- the RayCluster is deleted: collectors get SIGTERM, Ray stops
