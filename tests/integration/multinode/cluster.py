@@ -223,8 +223,8 @@ class TwoNodeCluster:
     def get(self, path: str, timeout: float = 30) -> Any:
         return json.loads(self._read(path, timeout))
 
-    def get_text(self, path: str, timeout: float = 30) -> str:
-        return self._read(path, timeout).decode("utf-8", "replace")
+    def get_text(self, path: str, timeout: float = 30, patience: float = 30.0) -> str:
+        return self._read(path, timeout, patience).decode("utf-8", "replace")
 
     def _read(self, path: str, timeout: float, patience: float = 30.0) -> bytes:
         """The live dashboard's answer. It is the reference these tests compare with, not
