@@ -38,6 +38,8 @@ RECORDER_PORT = 18084  # Ray exports here; the recorder forwards to EVENTS_PORT
 AGENT_PORT = 52365  # Ray's dashboard agent HTTP port (its default)
 ROOT_DIR = "hist"
 WORKLOADS = Path(__file__).with_name("workloads")
+#: (the live /api/v0/tasks rows, {(task id, "out"|"err"): the live log text})
+LiveView = tuple[list[dict[str, Any]], dict[tuple[str, str], str]]
 CLUSTER = ClusterRef(namespace="default", name="raycluster-two-nodes")
 
 
@@ -260,6 +262,37 @@ class TwoNodeCluster:
 
     def live_tasks(self) -> list[dict[str, Any]]:
         return list(self.get("/api/v0/tasks?detail=1&limit=10000")["data"]["result"]["result"])
+
+    def caught_up_view(self, worker_id: str, timeout: float = 120) -> LiveView:
+        """The live dashboard's tasks and the logs of the worker's tasks, once it has
+        caught up with the job: each ``on_worker`` task on the worker with its line in
+        its log. Under load the worker's events and log lines reach the head seconds
+        after the job ends, and until a task's worker is known Ray answers its log
+        with a 500: "not yet", polled again."""
+        latest: list[LiveView] = []
+
+        def caught_up() -> bool:
+            tasks = self.live_tasks()
+            logs: dict[tuple[str, str], str] = {}
+            for task in tasks:
+                if task["name"] not in ("on_worker", "fails_on_worker"):
+                    continue
+                for suffix in ("out", "err"):
+                    path = f"/api/v0/logs/file?task_id={task['task_id']}&suffix={suffix}"
+                    try:
+                        logs[(task["task_id"], suffix)] = self.get_text(path, patience=0)
+                    except urllib.error.HTTPError as error:
+                        if error.code < 500:
+                            raise
+                        return False
+            latest[:] = [(tasks, logs)]
+            on_worker = [t for t in tasks if t["name"] == "on_worker"]
+            return {t["node_id"] for t in on_worker} == {worker_id} and all(
+                "says hello" in logs[(t["task_id"], "out")] for t in on_worker
+            )
+
+        wait_until(caught_up, timeout, "the live dashboard to list each on_worker task on the worker, with its log")
+        return latest[0]
 
     def node_ids(self) -> dict[str, str]:
         """IP -> node ID of every node the head's dashboard lists (Ray's own view, not the collector's)."""

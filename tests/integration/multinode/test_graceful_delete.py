@@ -8,7 +8,6 @@ worker's logs by task id."""
 from __future__ import annotations
 
 import time
-import urllib.error
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.integration.multinode.cluster import CLUSTER, TwoNodeCluster, compare_logs
-from tests.integration.ray_harness import stored_events, unique_id, wait_until
+from tests.integration.ray_harness import stored_events, unique_id
 from tests.integration.server.harness import HistoryServerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.multinode, pytest.mark.slow]
@@ -32,42 +31,8 @@ def test_graceful_delete_keeps_both_nodes_complete(cluster: TwoNodeCluster, tmp_
     head_id, worker_id = ids[cluster.head.ip], ids[cluster.worker.ip]
     assert head_id != worker_id
 
-    # The reference is the live dashboard once it has caught up with the job (under load
-    # the workers' task events and log lines reach it a few seconds after the job ends, and
-    # until a task's worker is known Ray answers its log with a 500: "not yet", not a failure).
-    def live_view() -> tuple[list[dict[str, Any]], dict[tuple[str, str], str | None]]:
-        tasks = cluster.get("/api/v0/tasks?detail=1&limit=10000")["data"]["result"]["result"]
-        logs: dict[tuple[str, str], str | None] = {}
-        for task in tasks:
-            if task["name"] not in ("on_worker", "fails_on_worker"):
-                continue
-            for suffix in ("out", "err"):
-                path = f"/api/v0/logs/file?task_id={task['task_id']}&suffix={suffix}"
-                try:
-                    logs[(task["task_id"], suffix)] = cluster.get_text(path, patience=0)
-                except urllib.error.HTTPError as error:
-                    if error.code < 500:
-                        raise
-                    logs[(task["task_id"], suffix)] = None
-        return tasks, logs
-
-    def settled(view: tuple[list[dict[str, Any]], dict[tuple[str, str], str | None]]) -> bool:
-        tasks, logs = view
-        on_worker = [t for t in tasks if t["name"] == "on_worker"]
-        return (
-            {t["node_id"] for t in on_worker} == {worker_id}
-            and all(text is not None for text in logs.values())
-            and all("says hello" in (logs[(t["task_id"], "out")] or "") for t in on_worker)
-        )
-
-    latest: list[tuple[list[dict[str, Any]], dict[tuple[str, str], str | None]]] = []
-
-    def caught_up() -> bool:
-        latest[:] = [live_view()]
-        return settled(latest[0])
-
-    wait_until(caught_up, 120, "the live dashboard to list each on_worker task on the worker, with its log")
-    live_tasks, live_logs = latest[0]
+    # The reference is the live dashboard once it has caught up with the job.
+    live_tasks, live_logs = cluster.caught_up_view(worker_id)
     time.sleep(3)  # Ray's publisher flushes the last events every ~1 s
 
     # --- the RayCluster is deleted: collectors get SIGTERM, Ray stops

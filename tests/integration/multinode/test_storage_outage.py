@@ -105,13 +105,7 @@ def test_storage_outage_across_shutdown_loses_nothing(
     submission = unique_id("outage")
     cluster.submit("two_nodes.py", submission)
     assert cluster.wait_job(submission) == "SUCCEEDED", cluster.get(f"/api/jobs/{submission}")
-    live_tasks = cluster.live_tasks()
-    live_logs = {
-        (t["task_id"], suffix): cluster.get_text(f"/api/v0/logs/file?task_id={t['task_id']}&suffix={suffix}")
-        for t in live_tasks
-        if t["name"] in ("on_worker", "fails_on_worker")
-        for suffix in ("out", "err")
-    }
+    live_tasks, live_logs = cluster.caught_up_view(worker_id)
     time.sleep(3)  # Ray's publisher flushes the last events every ~1 s
 
     # --- pods deleted while storage is still down: both collectors get SIGTERM, then Ray stops
