@@ -20,13 +20,17 @@ Conventions every writer and reader relies on:
   stored packed (:mod:`runtime.server.replay.pack`: a byte naming a ``task_dicts``
   row, then a zstd frame) or, when packing would not shrink them, plain JSON;
   read them through :meth:`~runtime.server.index.reader.SessionIndex.unpacker`.
+* what only one task's page or the timeline needs stays inside ``extra_json``
+  (``task_log_info``, ``profiling_data``) instead of columns of its own: a log
+  lookup unpacks one row, the timeline at most 10,000 (schema 4; the columns cost
+  a third of the file).
 """
 
 from __future__ import annotations
 
 #: Bump whenever the schema or the meaning of a column changes: indexes built by an
 #: older version are rebuilt rather than misread.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 DDL = """
 PRAGMA journal_mode = WAL;
@@ -53,13 +57,6 @@ CREATE TABLE IF NOT EXISTS tasks (
     creation_ms    INTEGER,
     start_ms       INTEGER,
     end_ms         INTEGER,
-    -- task_log_info, flattened (log resolution by task id); NULL = none known
-    stdout_file    TEXT,
-    stderr_file    TEXT,
-    stdout_start   INTEGER,
-    stdout_end     INTEGER,
-    stderr_start   INTEGER,
-    stderr_end     INTEGER,
     brief_json     BLOB    NOT NULL,
     extra_json     BLOB    NOT NULL,
     PRIMARY KEY (task_id, attempt)
@@ -87,21 +84,6 @@ CREATE TABLE IF NOT EXISTS task_dicts (
     dict_no INTEGER PRIMARY KEY,
     data    BLOB NOT NULL
 );
-
--- TASK_PROFILE_EVENT entries (the timeline).
-CREATE TABLE IF NOT EXISTS profile_events (
-    task_id        TEXT    NOT NULL,
-    attempt        INTEGER NOT NULL,
-    job_id         TEXT    NOT NULL,
-    component_type TEXT    NOT NULL,
-    component_id   TEXT    NOT NULL,
-    node_ip        TEXT    NOT NULL,
-    event_name     TEXT    NOT NULL,
-    start_ns       INTEGER NOT NULL,
-    end_ns         INTEGER NOT NULL,
-    extra_data     TEXT                          -- the raw extraData JSON string, if any
-);
-CREATE INDEX IF NOT EXISTS profile_by_job ON profile_events (job_id);
 
 -- One row per actor; actor_json is the /logical/actors object (camelCase).
 CREATE TABLE IF NOT EXISTS actors (

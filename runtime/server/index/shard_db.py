@@ -1,7 +1,7 @@
 """Task-shard SQLite files: created bare, bulk-loaded, indexed at the end.
 
 Each task shard (in-process, or one :mod:`runtime.server.index.worker` per core)
-writes the ``tasks``, ``task_counts`` and ``profile_events`` rows it rendered into
+writes the ``tasks`` and ``task_counts`` rows it rendered into
 a file whose tables come from the index DDL, tasks in primary-key order
 (sequential B-tree appends), their JSON packed (:mod:`runtime.server.replay.pack`)
 with one dictionary per first hex digit of the task id (``task_dicts``).
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from runtime.server.index import schema
 from runtime.server.replay.pack import DICT_ROWS, make_dict, packer
-from runtime.server.replay.render_tasks import INSERT_PROFILE_EVENT, INSERT_TASK, INSERT_TASK_COUNT, TaskRow
+from runtime.server.replay.render_tasks import BRIEF, EXTRA, INSERT_TASK, INSERT_TASK_COUNT, TaskRow
 from runtime.server.replay.shard import ShardResult, TaskShard
 
 logger = logging.getLogger(__name__)
@@ -72,11 +72,10 @@ def write_shard(conn: sqlite3.Connection, shard: TaskShard, indexes: bool = Fals
     conn.execute("BEGIN")
     conn.executemany(INSERT_TASK, _packed(conn, renderer.rows(ordered=True)))
     conn.executemany(INSERT_TASK_COUNT, renderer.count_rows())
-    conn.executemany(INSERT_PROFILE_EVENT, renderer.profile_rows)
     conn.execute("COMMIT")
     if indexes:
         for statement in split_ddl()[1]:
-            if " ON tasks " in statement or " ON profile_events " in statement:
+            if " ON tasks " in statement:
                 conn.execute(statement)
     return shard.result(renderer)
 
@@ -100,7 +99,7 @@ def _packed(conn: sqlite3.Connection, rows: Iterator[TaskRow]) -> Iterator[TaskR
             current, waiting = dict_no, []
         pack = packers.get(dict_no)
         if pack is not None:
-            yield (*row[:21], pack(row[21]), pack(row[22]))
+            yield (*row[:BRIEF], pack(row[BRIEF]), pack(row[EXTRA]))
         elif dict_no < 0:
             yield row
         else:
@@ -119,11 +118,11 @@ def _pack_waiting(
         return
     pack = packers.get(dict_no)
     if pack is None:
-        dict_data = make_dict(chain.from_iterable((row[21], row[22]) for row in waiting))
+        dict_data = make_dict(chain.from_iterable((row[BRIEF], row[EXTRA]) for row in waiting))
         conn.execute("INSERT INTO task_dicts (dict_no, data) VALUES (?, ?)", (dict_no, dict_data))
         pack = packers[dict_no] = packer(dict_no, dict_data)
     for row in waiting:
-        yield (*row[:21], pack(row[21]), pack(row[22]))
+        yield (*row[:BRIEF], pack(row[BRIEF]), pack(row[EXTRA]))
 
 
 def append_shards(conn: sqlite3.Connection, paths: list[Path], unlink: Callable[[Path], None]) -> None:
@@ -132,7 +131,7 @@ def append_shards(conn: sqlite3.Connection, paths: list[Path], unlink: Callable[
     for n, shard in enumerate(paths):
         conn.execute("ATTACH DATABASE ? AS shard", (str(shard),))
         conn.execute("BEGIN")
-        for table in ("tasks", "task_counts", "profile_events", "task_dicts"):
+        for table in ("tasks", "task_counts", "task_dicts"):
             conn.execute(f"INSERT INTO main.{table} SELECT * FROM shard.{table}")  # noqa: S608 - fixed names
         conn.execute("COMMIT")
         conn.execute("DETACH DATABASE shard")

@@ -7,6 +7,10 @@ listing or a worker-file lookup costs an indexed range scan, not a storage listi
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
+
 from runtime.server.index.reader import SessionIndex
 from runtime.server.logs.resolve import ActorLogRow, TaskLogRow
 from runtime.storage.session_keys import LOGS_INFIX, is_node_dir, log_rel_key, logs_rel_prefix
@@ -56,31 +60,44 @@ class IndexCatalog:
 
     def task_attempts(self, task_id: str) -> dict[int, TaskLogRow]:
         rows = self.index.rows(
-            "SELECT attempt, type, actor_id, node_id, worker_id, stdout_file, stderr_file, "
-            "stdout_start, stdout_end, stderr_start, stderr_end FROM tasks WHERE task_id = ?",
-            (task_id,),
+            "SELECT attempt, type, actor_id, node_id, worker_id, extra_json FROM tasks WHERE task_id = ?", (task_id,)
         )
-        return {
-            int(r[0]): TaskLogRow(
+        unpack = self.index.unpacker()
+        found = {}
+        for r in rows:
+            log = _log_info(unpack(bytes(r[5])))
+            found[int(r[0])] = TaskLogRow(
                 type=str(r[1] or ""),
                 actor_id=str(r[2] or ""),
                 node_id=str(r[3] or ""),
                 worker_id=str(r[4] or ""),
-                stdout_file=r[5],
-                stderr_file=r[6],
-                stdout_start=_opt_int(r[7]),
-                stdout_end=_opt_int(r[8]),
-                stderr_start=_opt_int(r[9]),
-                stderr_end=_opt_int(r[10]),
+                stdout_file=_opt_str(log.get("stdout_file")),
+                stderr_file=_opt_str(log.get("stderr_file")),
+                stdout_start=_opt_int(log.get("stdout_start")),
+                stdout_end=_opt_int(log.get("stdout_end")),
+                stderr_start=_opt_int(log.get("stderr_start")),
+                stderr_end=_opt_int(log.get("stderr_end")),
             )
-            for r in rows
-        }
+        return found
 
     def actor(self, actor_id: str) -> ActorLogRow | None:
         row = self.index.row("SELECT node_id, worker_id FROM actors WHERE actor_id = ?", (actor_id,))
         if row is None:
             return None
         return ActorLogRow(node_id=str(row[0] or ""), worker_id=str(row[1] or ""))
+
+
+def _log_info(extra_json: bytes) -> dict[str, Any]:
+    """The ``task_log_info`` object of a task row's detail fields ({} when none)."""
+    try:
+        info = orjson.loads(extra_json).get("task_log_info")
+    except (orjson.JSONDecodeError, AttributeError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def _opt_str(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _opt_int(value: object) -> int | None:

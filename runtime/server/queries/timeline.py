@@ -1,10 +1,11 @@
 """``/api/v0/tasks/timeline``: Chrome-tracing JSON from the stored profile events.
 
 A port of Ray 2.60's ``chrome_tracing_dump`` (ray/_private/profiling.py) over the
-``profile_events`` table: tasks in Ray's list order (task id, newest attempt first,
-drivers excluded), complete events in the order they were recorded, then one
-``process_name`` record per node and one ``thread_name`` record per worker. Like
-Ray, at most 10 000 task attempts are drawn.
+``profiling_data`` of each task row's detail fields: tasks in Ray's list order
+(task id, newest attempt first, drivers excluded), complete events in the order
+they were recorded, then one ``process_name`` record per node and one
+``thread_name`` record per worker. Like Ray, at most 10 000 task attempts are
+drawn, so at most that many rows are unpacked.
 """
 
 from __future__ import annotations
@@ -47,39 +48,43 @@ class ProfileRow:
     component_id: str
     node_ip: str
     event_name: str
-    start_ns: int
-    end_ns: int
-    extra_data: str | None
+    start_ms: float  # as Ray's profiling data holds it: ns / 1e6
+    end_ms: float
+    extra_data: dict[str, Any] | None  # parsed; None when absent or not an object
     func_name: str
     actor_id: str
 
 
 _SQL = """
-SELECT p.task_id, p.attempt, COALESCE(t.job_id, p.job_id), p.component_type, p.component_id, p.node_ip,
-       p.event_name, p.start_ns, p.end_ns, p.extra_data, COALESCE(t.func_name, ''), COALESCE(t.actor_id, '')
-FROM profile_events p LEFT JOIN tasks t ON t.task_id = p.task_id AND t.attempt = p.attempt
-WHERE {where} COALESCE(t.type, '') != 'DRIVER_TASK'
-ORDER BY p.task_id, p.attempt DESC, p.rowid
+SELECT task_id, attempt, job_id, func_name, actor_id, extra_json FROM tasks {hint}
+WHERE {where} type != 'DRIVER_TASK' ORDER BY task_id, attempt DESC
 """
+_PROFILED = b'"profiling_data":'
 
 
 def profile_rows(index: SessionIndex, job_id: str | None) -> Iterable[ProfileRow]:
     if job_id:
-        rows = index.iter_rows(_SQL.format(where="p.job_id = ? AND"), (job_id,))
+        rows = index.iter_rows(_SQL.format(hint="INDEXED BY tasks_by_job", where="job_id = ? AND"), (job_id,))
     else:
-        rows = index.iter_rows(_SQL.format(where=""))
-    for row in rows:
-        yield ProfileRow(*row)
-
-
-def _extra(raw: str | None) -> dict[str, Any]:
-    if not raw:
-        return {}
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
+        rows = index.iter_rows(_SQL.format(hint="", where=""))
+    unpack = index.unpacker()
+    for task_id, attempt, job, func_name, actor_id, extra_json in rows:
+        extra = unpack(bytes(extra_json))
+        if _PROFILED not in extra:
+            continue
+        profile = orjson.loads(extra).get("profiling_data") or {}
+        ctype, cid, ip = (
+            profile.get("component_type", ""),
+            profile.get("component_id", ""),
+            profile.get("node_ip_address", ""),
+        )
+        for event in profile.get("events") or ():
+            data = event.get("extra_data")
+            yield ProfileRow(
+                task_id, attempt, job, ctype, cid, ip, event.get("event_name", ""),
+                event.get("start_time", 0.0), event.get("end_time", 0.0),
+                data if isinstance(data, dict) else None, func_name or "", actor_id or "",
+            )  # fmt: skip
 
 
 def chrome_trace(rows: Iterable[ProfileRow], max_attempts: int = MAX_LIMIT) -> list[dict[str, Any]]:
@@ -97,7 +102,7 @@ def chrome_trace(rows: Iterable[ProfileRow], max_attempts: int = MAX_LIMIT) -> l
                 break
         if row.component_type not in ("worker", "driver"):
             continue
-        extra = _extra(row.extra_data)
+        extra = dict(row.extra_data or {})
         # Ray updates the event's own extra data in place: its keys keep their place.
         extra["task_id"] = row.task_id
         extra["job_id"] = row.job_id
@@ -110,7 +115,7 @@ def chrome_trace(rows: Iterable[ProfileRow], max_attempts: int = MAX_LIMIT) -> l
         cname = _COLORS.get(row.event_name, _DEFAULT_COLOR)
         if "cname" in extra:
             cname = _COLORS.get(str(extra["cname"]), _DEFAULT_COLOR)
-        start_ms, end_ms = int(row.start_ns) / 1e6, int(row.end_ns) / 1e6  # Ray's ms floats, then * 1e3
+        start_ms, end_ms = row.start_ms, row.end_ms  # Ray's ms floats, then * 1e3
         events.append(
             {
                 "cat": row.event_name,

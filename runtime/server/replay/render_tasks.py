@@ -1,4 +1,4 @@
-"""Task attempts as ``tasks`` / ``task_counts`` / ``profile_events`` rows.
+"""Task attempts as ``tasks`` / ``task_counts`` rows.
 
 ``brief_json`` is exactly a ``/api/v0/tasks`` row without ``detail`` and
 ``extra_json`` the detail-only fields, in the key order and with the value types
@@ -32,18 +32,14 @@ _NO_DEF_TAIL = b',"call_site":null,"label_selector":{},"fallback_strategy":{"opt
 #: Column order of the ``tasks`` table as inserted by the builder.
 TASK_COLUMNS = (
     "task_id, attempt, job_id, actor_id, name, func_name, state, type, parent_task_id, node_id, worker_id, "
-    "worker_pid, creation_ms, start_ms, end_ms, stdout_file, stderr_file, stdout_start, stdout_end, "
-    "stderr_start, stderr_end, brief_json, extra_json"
+    "worker_pid, creation_ms, start_ms, end_ms, brief_json, extra_json"
 )
-PROFILE_COLUMNS = (
-    "task_id, attempt, job_id, component_type, component_id, node_ip, event_name, start_ns, end_ns, extra_data"
-)
-INSERT_TASK = f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES ({', '.join('?' * 23)})"  # noqa: S608 - constants
-INSERT_PROFILE_EVENT = f"INSERT INTO profile_events ({PROFILE_COLUMNS}) VALUES ({', '.join('?' * 10)})"  # noqa: S608
+INSERT_TASK = f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES ({', '.join('?' * 17)})"  # noqa: S608 - constants
 INSERT_TASK_COUNT = "INSERT INTO task_counts (job_id, state, type, name, func_name, n) VALUES (?, ?, ?, ?, ?, ?)"
 
 TaskRow = tuple[Any, ...]
-ProfileRow = tuple[str, int, str, str, str, str, str, int, int, str | None]
+#: Positions of the JSON columns in a :data:`TaskRow`.
+BRIEF, EXTRA = 15, 16
 
 
 class TaskRenderer:
@@ -56,7 +52,7 @@ class TaskRenderer:
         self._heads: dict[tuple[Any, ...], bytes] = {}
         self._tails: dict[tuple[Any, ...], bytes] = {}
         self.counts: Counter[tuple[str, str, str, str, str]] = Counter()
-        self.profile_rows: list[ProfileRow] = []
+        self.profile_events = 0  # rendered so far
         #: the latest transition of any attempt rendered so far (ns; 0: none)
         self.last_ns = 0
 
@@ -155,61 +151,28 @@ class TaskRenderer:
             prof = st.profile
             profile = b""
             if prof is not None:
-                profile = b',"profiling_data":' + dumps(self._profile(task_id, attempt, job, prof))
+                profile = b',"profiling_data":' + dumps(self._profile(prof))
             extra = b"".join((head, events.encode(), profile, b",", dumps(middle)[1:-1], tail))
             counts[(job, state, task_type, name, func)] += 1
-            if log is None:
-                yield (
-                    task_id,
-                    attempt,
-                    job,
-                    actor,
-                    name,
-                    func,
-                    state,
-                    task_type,
-                    parent,
-                    node,
-                    worker,
-                    pid,
-                    creation,
-                    start,
-                    end,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    brief,
-                    extra,
-                )
-            else:
-                yield (
-                    task_id,
-                    attempt,
-                    job,
-                    actor,
-                    name,
-                    func,
-                    state,
-                    task_type,
-                    parent,
-                    node,
-                    worker,
-                    pid,
-                    creation,
-                    start,
-                    end,
-                    log[0],
-                    log[3],
-                    log[1],
-                    log[2],
-                    log[4],
-                    log[5],
-                    brief,
-                    extra,
-                )
+            yield (
+                task_id,
+                attempt,
+                job,
+                actor,
+                name,
+                func,
+                state,
+                task_type,
+                parent,
+                node,
+                worker,
+                pid,
+                creation,
+                start,
+                end,
+                brief,
+                extra,
+            )
 
     def _head(self, d: Definition) -> bytes:
         """``{"language":..,"required_resources":..,"runtime_env_info":..,"placement_group_id":..,"events":``"""
@@ -243,10 +206,9 @@ class TaskRenderer:
             found = self._tails[key] = b"," + body[1:]
         return found
 
-    def _profile(self, task_id: str, attempt: int, job: str, prof: Profile) -> dict[str, Any]:
+    def _profile(self, prof: Profile) -> dict[str, Any]:
         events = []
         ctype, cid, ip = prof.component_type, prof.component_id, prof.node_ip
-        append_row = self.profile_rows.append
         for (name, start, end), extra in prof.events.items():
             events.append(
                 {
@@ -256,7 +218,7 @@ class TaskRenderer:
                     "event_name": name,
                 }
             )
-            append_row((task_id, attempt, job, ctype, cid, ip, name, start, end, extra or None))
+        self.profile_events += len(events)
         return {"component_type": ctype, "component_id": cid, "node_ip_address": ip, "events": events}
 
     def _extra_data(self, text: str) -> object:

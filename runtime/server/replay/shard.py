@@ -58,7 +58,7 @@ class TaskShard:
             bad_events=counters.bad_events,
             by_type=dict(counters.by_type),
             tasks=sum(renderer.counts.values()),
-            profile_events=len(renderer.profile_rows),
+            profile_events=renderer.profile_events,
             last_ms=renderer.last_ns // 1_000_000,
             strays=self.replay.strays,
         )

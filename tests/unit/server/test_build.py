@@ -90,7 +90,7 @@ def test_parallel_build_equals_in_process_build(store: ObjectStore, tmp_path: Pa
     assert one.tasks == synth.attempts == 3000
     for table, order in (
         ("tasks", "task_id, attempt"),
-        ("profile_events", "task_id, event_name, start_ns"),
+        ("task_dicts", "dict_no"),
         ("task_counts", "job_id, state, type, name, func_name"),
         ("actors", "actor_id"),
         ("jobs", "job_key"),
@@ -110,8 +110,11 @@ def test_synthetic_session_is_indexed_as_generated(store: ObjectStore, tmp_path:
     with SessionIndex(tmp_path / "s.sqlite") as index:
         assert index.scalar("SELECT COUNT(*) FROM tasks WHERE state = 'FAILED'") == synth.failed
         assert index.scalar("SELECT COUNT(*) FROM tasks WHERE attempt = 1") == synth.retried
-        assert index.scalar("SELECT COUNT(DISTINCT task_id || attempt) FROM profile_events") == synth.profiled
-        assert index.scalar("SELECT COUNT(*) FROM tasks WHERE stdout_end > stdout_start") > 1500  # split log info
+        unpack = index.unpacker()
+        details = [orjson.loads(unpack(bytes(e))) for (e,) in index.rows("SELECT extra_json FROM tasks")]
+        assert sum(1 for d in details if d.get("profiling_data")) == synth.profiled
+        logs = [d["task_log_info"] for d in details if d["task_log_info"]]
+        assert sum(1 for log in logs if log["stdout_end"] > log["stdout_start"]) > 1500  # split log info
         statuses = dict(index.rows("SELECT job_key, json_extract(job_json, '$.status') FROM jobs"))
         assert statuses[synth.jobs[1]] == "FAILED" and statuses["raysubmit_synthEntrypointFailed"] == "FAILED"
         assert index.scalar("SELECT COUNT(*) FROM nodes WHERE state = 'DEAD'") == 1

@@ -17,7 +17,7 @@ from runtime.server.queries.cluster_status import _PENDING_TASK_STATES, _task_de
 from runtime.server.queries.options import TaskQuery
 from runtime.server.queries.tasks import list_tasks
 from runtime.server.replay.pack import Unpacker, make_dict, packer
-from runtime.server.replay.render_tasks import TaskRenderer
+from runtime.server.replay.render_tasks import EXTRA, TaskRenderer
 from runtime.server.replay.session import SessionReplay
 from runtime.storage.config import StorageConfig, open_store
 from runtime.storage.layout import ClusterRef, KeyLayout
@@ -73,7 +73,7 @@ def test_pending_demands_read_packed_rows(tmp_path: Path) -> None:
     replay.feed(load_events())
     expected: dict[bytes, int] = {}
     for row in TaskRenderer(replay.tasks).rows():
-        resources = orjson.loads(row[22])["required_resources"]
+        resources = orjson.loads(row[EXTRA])["required_resources"]
         if resources is not None:
             key = orjson.dumps(resources)
             expected[key] = expected.get(key, 0) + 1

@@ -42,6 +42,7 @@ class Task:
     end_ms: int | None = None
     required_resources: dict[str, float] | None = field(default_factory=lambda: {"CPU": 1.0})
     error_type: str | None = None
+    profiling_data: dict[str, Any] | None = None
 
     def brief(self) -> dict[str, Any]:
         return {
@@ -64,6 +65,7 @@ class Task:
         events = [{"state": "PENDING_ARGS_AVAIL", "created_ms": float(self.creation_ms or 0)}]
         if self.state:
             events.append({"state": self.state, "created_ms": float(self.end_ms or self.creation_ms or 0)})
+        profile = {} if self.profiling_data is None else {"profiling_data": self.profiling_data}
         return {
             "language": "PYTHON",
             "required_resources": self.required_resources,
@@ -73,6 +75,7 @@ class Task:
             },
             "placement_group_id": None,
             "events": events,
+            **profile,
             "creation_time_ms": self.creation_ms,
             "start_time_ms": self.start_ms,
             "end_time_ms": self.end_ms,

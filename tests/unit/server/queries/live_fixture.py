@@ -49,11 +49,10 @@ def _ms(value: object) -> int | None:
 def _insert_task(conn: sqlite3.Connection, task: dict[str, Any]) -> None:
     brief = {k: task[k] for k in BRIEF_FIELDS}
     extra = {k: v for k, v in task.items() if k not in BRIEF_FIELDS}
-    log = task.get("task_log_info") or {}
     conn.execute(
         "INSERT INTO tasks (task_id, attempt, job_id, actor_id, name, func_name, state, type, parent_task_id,"
-        " node_id, worker_id, worker_pid, creation_ms, start_ms, end_ms, stdout_file, stderr_file, brief_json,"
-        " extra_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        " node_id, worker_id, worker_pid, creation_ms, start_ms, end_ms, brief_json, extra_json)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             task["task_id"],
             task["attempt_number"],
@@ -70,30 +69,10 @@ def _insert_task(conn: sqlite3.Connection, task: dict[str, Any]) -> None:
             _ms(task["creation_time_ms"]),
             _ms(task["start_time_ms"]),
             _ms(task["end_time_ms"]),
-            log.get("stdout_file"),
-            log.get("stderr_file"),
             orjson.dumps(brief),
             orjson.dumps(extra),
         ),
     )
-    profile = task.get("profiling_data") or {}
-    for event in profile.get("events", []):
-        conn.execute(
-            "INSERT INTO profile_events (task_id, attempt, job_id, component_type, component_id, node_ip,"
-            " event_name, start_ns, end_ns, extra_data) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (
-                task["task_id"],
-                task["attempt_number"],
-                task["job_id"],
-                profile["component_type"],
-                profile["component_id"],
-                profile["node_ip_address"],
-                event["event_name"],
-                round(event["start_time"] * 1e6),
-                round(event["end_time"] * 1e6),
-                orjson.dumps(event["extra_data"]).decode(),
-            ),
-        )
 
 
 def build_live_index(path: Path, *, driver_tasks: bool = True) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -13,11 +14,9 @@ from tests.unit.server.queries.factory import Task, create_index, insert_tasks
 
 
 def row(
-    task_id: str, event: str, *, attempt: int = 0, extra: str | None = "{}", component: str = "worker"
+    task_id: str, event: str, *, attempt: int = 0, extra: dict[str, Any] | None = None, component: str = "worker"
 ) -> ProfileRow:
-    return ProfileRow(
-        task_id, attempt, "02000000", component, "w1", "10.0.0.1", event, 2_000_000, 5_000_500, extra, "f", ""
-    )
+    return ProfileRow(task_id, attempt, "02000000", component, "w1", "10.0.0.1", event, 2.0, 5.0005, extra, "f", "")
 
 
 def test_complete_event_fields() -> None:
@@ -46,9 +45,9 @@ def test_complete_event_fields() -> None:
 def test_extra_data_names_and_colours() -> None:
     events = chrome_trace(
         [
-            row("t1", "task::square-1", extra='{"name": "__main__.square", "task_id": "x"}'),
-            row("t1", "custom", extra='{"cname": "ray.get"}'),
-            row("t1", "odd", extra="not json"),
+            row("t1", "task::square-1", extra={"name": "__main__.square", "task_id": "x"}),
+            row("t1", "custom", extra={"cname": "ray.get"}),
+            row("t1", "odd", extra=None),
         ]
     )
     named, coloured, odd = events[:3]
@@ -64,24 +63,33 @@ def test_other_components_are_skipped_and_attempts_capped() -> None:
     assert [e["args"]["task_id"] for e in events] == ["t2"]
 
 
+def _profile(name: str, extra: object) -> dict[str, Any]:
+    event = {"start_time": 0.001, "end_time": 0.002, "extra_data": extra, "event_name": name}
+    return {"component_type": "worker", "component_id": "w", "node_ip_address": "ip", "events": [event]}
+
+
 def test_drivers_excluded_and_job_filter(tmp_path: Path) -> None:
     conn = create_index(tmp_path / "i.sqlite")
-    insert_tasks(conn, [Task(task_id="t1", func_name="f"), Task(task_id="d", type="DRIVER_TASK", job_id="03000000")])
-    conn.executemany(
-        "INSERT INTO profile_events VALUES (?,?,?,?,?,?,?,?,?,?)",
+    insert_tasks(
+        conn,
         [
-            ("t1", 0, "02000000", "worker", "w", "ip", "task:execute", 1, 2, "{}"),
-            ("d", 0, "03000000", "driver", "w", "ip", "submit_task", 1, 2, "{}"),
-            ("orphan", 0, "03000000", "worker", "w", "ip", "task:execute", 1, 2, None),
+            Task(task_id="t1", func_name="f", profiling_data=_profile("task:execute", {})),
+            Task(task_id="t2", job_id="03000000", profiling_data=_profile("task:execute", [1, 2])),
+            Task(task_id="t3", job_id="03000000"),  # no profile events: drawn as nothing
+            Task(task_id="d", type="DRIVER_TASK", job_id="03000000", profiling_data=_profile("submit_task", {})),
         ],
     )
     conn.commit()
     conn.close()
     with SessionIndex(tmp_path / "i.sqlite") as index:
-        all_ids = [e["args"]["task_id"] for e in orjson.loads(timeline(index, None)) if e["ph"] == "X"]
+        every = [e for e in orjson.loads(timeline(index, None)) if e["ph"] == "X"]
         job3 = [e["args"]["task_id"] for e in orjson.loads(timeline(index, "03000000")) if e["ph"] == "X"]
-    assert all_ids == ["orphan", "t1"]
-    assert job3 == ["orphan"]
+    assert [e["args"]["task_id"] for e in every] == ["t1", "t2"]
+    assert every[0]["args"]["func_or_class_name"] == "f" and every[0]["ts"] == 1.0 and every[0]["dur"] == 1.0
+    assert every[1]["args"] == {  # extra data that is not an object is dropped, as Ray does
+        "task_id": "t2", "job_id": "03000000", "attempt_number": 0, "func_or_class_name": "", "actor_id": None,
+    }  # fmt: skip
+    assert job3 == ["t2"]
 
 
 def test_download_name() -> None:

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from runtime.server.index.schema import splice_detail
-from runtime.server.replay.render_tasks import TaskRenderer
+from runtime.server.replay.render_tasks import BRIEF, EXTRA, TaskRenderer
 from runtime.server.replay.session import SessionReplay, base_ns_for
 from tests.unit.server.replay.events import (
     NODE_HEX,
@@ -28,7 +28,7 @@ def render(events: list[dict[str, Any]], base_ns: int = 0) -> dict[tuple[str, in
     replay = SessionReplay(base_ns=base_ns)
     replay.feed(events)
     rows = TaskRenderer(replay.tasks).rows(ordered=True)
-    return {(row[0], row[1]): orjson.loads(splice_detail(row[21], row[22])) for row in rows}
+    return {(row[0], row[1]): orjson.loads(splice_detail(row[BRIEF], row[EXTRA])) for row in rows}
 
 
 def one(events: list[dict[str, Any]], base_ns: int = 0) -> dict[str, Any]:
