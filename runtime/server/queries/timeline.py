@@ -11,7 +11,7 @@ drawn, so at most that many rows are unpacked.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -55,36 +55,60 @@ class ProfileRow:
     actor_id: str
 
 
+# Rows come in key order (the primary key, or tasks_by_job's (job_id, task_id, attempt)):
+# no sort of the whole table before the first row; each task's attempts are reversed
+# in Python (Ray lists the newest first), and reading stops once enough are drawn.
 _SQL = """
 SELECT task_id, attempt, job_id, func_name, actor_id, extra_json FROM tasks {hint}
-WHERE {where} type != 'DRIVER_TASK' ORDER BY task_id, attempt DESC
+WHERE {where} type != 'DRIVER_TASK'
 """
 _PROFILED = b'"profiling_data":'
 
 
-def profile_rows(index: SessionIndex, job_id: str | None) -> Iterable[ProfileRow]:
+def profile_rows(index: SessionIndex, job_id: str | None) -> Iterator[ProfileRow]:
     if job_id:
-        rows = index.iter_rows(_SQL.format(hint="INDEXED BY tasks_by_job", where="job_id = ? AND"), (job_id,))
+        sql = _SQL.format(hint="INDEXED BY tasks_by_job", where="job_id = ? AND") + " ORDER BY job_id, task_id, attempt"
+        rows = index.iter_rows(sql, (job_id,))
     else:
-        rows = index.iter_rows(_SQL.format(hint="", where=""))
+        rows = index.iter_rows(_SQL.format(hint="", where="") + " ORDER BY task_id, attempt")
     unpack = index.unpacker()
-    for task_id, attempt, job, func_name, actor_id, extra_json in rows:
-        extra = unpack(bytes(extra_json))
-        if _PROFILED not in extra:
-            continue
-        profile = orjson.loads(extra).get("profiling_data") or {}
-        ctype, cid, ip = (
-            profile.get("component_type", ""),
-            profile.get("component_id", ""),
-            profile.get("node_ip_address", ""),
-        )
-        for event in profile.get("events") or ():
-            data = event.get("extra_data")
-            yield ProfileRow(
-                task_id, attempt, job, ctype, cid, ip, event.get("event_name", ""),
-                event.get("start_time", 0.0), event.get("end_time", 0.0),
-                data if isinstance(data, dict) else None, func_name or "", actor_id or "",
-            )  # fmt: skip
+    for attempts in _newest_first(rows):
+        for row in attempts:
+            extra = unpack(bytes(row[5]))
+            if _PROFILED in extra:
+                yield from _events(row, orjson.loads(extra))
+
+
+def _newest_first(rows: Iterable[tuple[Any, ...]]) -> Iterator[list[tuple[Any, ...]]]:
+    """Each task's rows (consecutive in key order), newest attempt first."""
+    group: list[tuple[Any, ...]] = []
+    for row in rows:
+        if group and row[0] != group[0][0]:
+            group.reverse()
+            yield group
+            group = []
+        group.append(row)
+    if group:
+        group.reverse()
+        yield group
+
+
+def _events(row: tuple[Any, ...], detail: dict[str, Any]) -> Iterator[ProfileRow]:
+    """The profile events of one attempt's row and its parsed detail fields."""
+    task_id, attempt, job, func, actor = row[0], row[1], row[2], row[3] or "", row[4] or ""
+    profile = detail.get("profiling_data") or {}
+    ctype, cid, ip = (
+        profile.get("component_type", ""),
+        profile.get("component_id", ""),
+        profile.get("node_ip_address", ""),
+    )
+    for event in profile.get("events") or ():
+        data = event.get("extra_data")
+        yield ProfileRow(
+            task_id, attempt, job, ctype, cid, ip, event.get("event_name", ""),
+            event.get("start_time", 0.0), event.get("end_time", 0.0),
+            data if isinstance(data, dict) else None, func, actor,
+        )  # fmt: skip
 
 
 def chrome_trace(rows: Iterable[ProfileRow], max_attempts: int = MAX_LIMIT) -> list[dict[str, Any]]:

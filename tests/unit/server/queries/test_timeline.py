@@ -74,6 +74,7 @@ def test_drivers_excluded_and_job_filter(tmp_path: Path) -> None:
         conn,
         [
             Task(task_id="t1", func_name="f", profiling_data=_profile("task:execute", {})),
+            Task(task_id="t1", attempt=1, func_name="f", profiling_data=_profile("task:execute", {})),
             Task(task_id="t2", job_id="03000000", profiling_data=_profile("task:execute", [1, 2])),
             Task(task_id="t3", job_id="03000000"),  # no profile events: drawn as nothing
             Task(task_id="d", type="DRIVER_TASK", job_id="03000000", profiling_data=_profile("submit_task", {})),
@@ -84,9 +85,9 @@ def test_drivers_excluded_and_job_filter(tmp_path: Path) -> None:
     with SessionIndex(tmp_path / "i.sqlite") as index:
         every = [e for e in orjson.loads(timeline(index, None)) if e["ph"] == "X"]
         job3 = [e["args"]["task_id"] for e in orjson.loads(timeline(index, "03000000")) if e["ph"] == "X"]
-    assert [e["args"]["task_id"] for e in every] == ["t1", "t2"]
+    assert [(e["args"]["task_id"], e["args"]["attempt_number"]) for e in every] == [("t1", 1), ("t1", 0), ("t2", 0)]
     assert every[0]["args"]["func_or_class_name"] == "f" and every[0]["ts"] == 1.0 and every[0]["dur"] == 1.0
-    assert every[1]["args"] == {  # extra data that is not an object is dropped, as Ray does
+    assert every[2]["args"] == {  # extra data that is not an object is dropped, as Ray does
         "task_id": "t2", "job_id": "03000000", "attempt_number": 0, "func_or_class_name": "", "actor_id": None,
     }  # fmt: skip
     assert job3 == ["t2"]
