@@ -19,9 +19,7 @@ from runtime.cli import main as cli_main
 from runtime.cli.open import wants_browser
 from runtime.server.app import create_app
 from runtime.storage.layout import KeyLayout
-from tests.support.sample_session import REPO_ROOT, SESSION_A
-from tests.unit.server.live.servers import serve
-from tests.unit.server.views.test_clusters_views import (
+from tests.support.app_world import (
     DEMO,
     JOB_CLUSTER,
     JOB_SESSION,
@@ -31,6 +29,8 @@ from tests.unit.server.views.test_clusters_views import (
     server_config,
     stored_session_a,
 )
+from tests.support.sample_session import REPO_ROOT, SESSION_A
+from tests.unit.server.live.servers import serve
 
 
 @pytest.fixture

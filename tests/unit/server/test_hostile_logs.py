@@ -15,7 +15,7 @@ from flask.testing import FlaskClient
 from runtime.server.app import create_app
 from runtime.server.logs.tail import MAX_PENDING_SGR, AnsiFilter, filter_ansi, filtered
 from runtime.storage.layout import KeyLayout
-from tests.unit.server.views.test_clusters_views import FakeLive, enter, server_config, stored_session_a
+from tests.support.app_world import FakeLive, enter, server_config, stored_session_a
 
 pytestmark = pytest.mark.hostile
 

@@ -23,8 +23,8 @@ from runtime.server.sessions import StoredSessions
 from runtime.storage.base import ObjectStore
 from runtime.storage.config import StorageConfig, open_store
 from runtime.storage.layout import ClusterRef, KeyLayout
+from tests.support.app_world import FakeLive, live_cluster
 from tests.support.sample_session import SESSION_A, StoredSample, write_sample_session
-from tests.unit.server.views.test_clusters_views import FakeLive, live_cluster
 
 LAYOUT = KeyLayout("")
 DEMO = ClusterRef("default", "raycluster-demo")  # live; SESSION_A (2026-11-22) is its newest session

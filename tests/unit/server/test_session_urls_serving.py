@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,19 +19,19 @@ from runtime.server.selection import COOKIE_CLUSTER, COOKIE_NAMESPACE, COOKIE_SE
 from runtime.server.session_urls import session_path
 from runtime.server.views.ui import find_dashboard_build
 from runtime.storage.base import ObjectStore
-from runtime.storage.layout import KeyLayout
-from tests.support.sample_session import SESSION_A, StoredSample
-from tests.unit.server.live.servers import Upstream, upstream_server
-from tests.unit.server.views.test_clusters_views import (
+from tests.support.app_world import (
     DEMO,
     JOB_CLUSTER,
     JOB_SESSION,
     OLDER,
     FakeLive,
+    app_world,
     live_cluster,
     server_config,
     stored_session_a,
 )
+from tests.support.sample_session import SESSION_A, StoredSample
+from tests.unit.server.live.servers import Upstream, upstream_server
 
 A_URL = session_path(DEMO, SESSION_A)
 OLDER_URL = session_path(DEMO, OLDER)
@@ -45,15 +44,8 @@ def live() -> FakeLive:
 
 
 @pytest.fixture
-def world(tmp_path: Path, live: FakeLive) -> Iterator[tuple[Flask, ObjectStore, StoredSample]]:
-    config = server_config(tmp_path, sessions_ttl_seconds="0")
-    store, sample = stored_session_a(config)
-    layout = KeyLayout("")
-    store.put_bytes(layout.marker_key(DEMO, OLDER), b"")
-    store.put_bytes(layout.log_key(DEMO, OLDER, sample.node_id, "raylet.out"), b"older session\n")
-    store.put_bytes(layout.marker_key(JOB_CLUSTER, JOB_SESSION), b"")
-    store.put_bytes(layout.log_key(JOB_CLUSTER, JOB_SESSION, sample.node_id, "raylet.out"), b"job line\n")
-    yield create_app(config, store=store, live=live), store, sample
+def world(tmp_path: Path, live: FakeLive) -> tuple[Flask, ObjectStore, StoredSample]:
+    return app_world(tmp_path, live)
 
 
 @pytest.fixture

@@ -25,8 +25,8 @@ from runtime.storage.base import Listing, ObjectInfo
 from runtime.storage.errors import InvalidKeyError
 from runtime.storage.layout import ClusterRef, KeyLayout
 from runtime.storage.local import LocalStore
+from tests.support.app_world import FakeLive, live_cluster, server_config
 from tests.support.sample_session import StoredSample, write_sample_session
-from tests.unit.server.views.test_clusters_views import FakeLive, live_cluster, server_config
 
 LAYOUT = KeyLayout("")
 NEIGHBOUR = ClusterRef("default", "raycluster-demo-2")  # a second cluster whose data must never leak

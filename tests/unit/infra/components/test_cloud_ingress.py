@@ -114,8 +114,8 @@ def test_the_health_check_path_is_open_under_access_control(tmp_path: Path) -> N
     200, on the real server app with Kubernetes authentication."""
     from runtime.server.app import create_app
     from runtime.server.auth import build_access_control, parse_auth
+    from tests.support.app_world import FakeLive, server_config, stored_session_a
     from tests.support.k8s_auth_stub import auth_api_stub
-    from tests.unit.server.views.test_clusters_views import FakeLive, server_config, stored_session_a
 
     plan = plan_ingress(HistoryServerIngress(host=HOST, flavour="gke"), name="historyserver", namespace="n", port=8080)
     [backend] = [o for o in plan.objects if o["kind"] == "BackendConfig"]

@@ -23,9 +23,7 @@ from runtime.server.auth import build_access_control, parse_auth
 from runtime.server.selection import COOKIE_CLUSTER, COOKIE_NAMESPACE, COOKIE_SESSION
 from runtime.storage.base import ObjectStore
 from runtime.storage.layout import KeyLayout
-from tests.support.k8s_auth_stub import AuthApiStub, auth_api_stub
-from tests.support.sample_session import SESSION_A, StoredSample
-from tests.unit.server.views.test_clusters_views import (
+from tests.support.app_world import (
     DEMO,
     JOB_CLUSTER,
     JOB_SESSION,
@@ -33,6 +31,8 @@ from tests.unit.server.views.test_clusters_views import (
     server_config,
     stored_session_a,
 )
+from tests.support.k8s_auth_stub import AuthApiStub, auth_api_stub
+from tests.support.sample_session import SESSION_A, StoredSample
 
 DEFAULT_USER = "bob-token"
 TEAM_A_USER = "alice-token"

@@ -23,10 +23,7 @@ from runtime.server.auth import build_access_control, parse_auth
 from runtime.server.config import MetricsConfig
 from runtime.server.selection import COOKIE_CLUSTER, COOKIE_NAMESPACE, COOKIE_SESSION, LIVE
 from runtime.storage.layout import KeyLayout
-from tests.support.k8s_auth_stub import AuthApiStub, auth_api_stub
-from tests.support.recording_http import RecordingServer, recording_server
-from tests.support.sample_session import SESSION_A, StoredSample
-from tests.unit.server.views.test_clusters_views import (
+from tests.support.app_world import (
     DEMO,
     JOB_CLUSTER,
     JOB_SESSION,
@@ -35,6 +32,9 @@ from tests.unit.server.views.test_clusters_views import (
     server_config,
     stored_session_a,
 )
+from tests.support.k8s_auth_stub import AuthApiStub, auth_api_stub
+from tests.support.recording_http import RecordingServer, recording_server
+from tests.support.sample_session import SESSION_A, StoredSample
 
 TOKEN = "grafana-service-account-secret"
 PAGE = "/grafana/d-solo/rayDefaultDashboard/default-dashboard"

@@ -14,8 +14,8 @@ from runtime.server.app import create_app
 from runtime.server.views.endpoints import EMPTY_PLACEMENT_GROUPS, backfill_bundles, empty_answer
 from runtime.storage.base import ObjectStore
 from runtime.storage.layout import ClusterRef, KeyLayout
+from tests.support.app_world import FakeLive, enter, server_config, stored_session_a
 from tests.support.sample_session import API, StoredSample, write_sample_session
-from tests.unit.server.views.test_clusters_views import FakeLive, enter, server_config, stored_session_a
 
 BARE = ClusterRef("default", "raycluster-bare")
 PG_URI = "/api/v0/placement_groups?detail=1&limit=10000"

@@ -9,7 +9,6 @@ session A (``tests/fixtures/ray-samples/api``), not from our index.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -21,18 +20,19 @@ from runtime.server.app import create_app
 from runtime.server.auth import build_access_control, parse_auth
 from runtime.storage.base import ObjectStore
 from runtime.storage.layout import ClusterRef, KeyLayout
-from tests.support.k8s_auth_stub import auth_api_stub
-from tests.support.sample_session import API, SESSION_A, StoredSample
-from tests.unit.server.views.test_clusters_views import (
+from tests.support.app_world import (
     DEMO,
     JOB_CLUSTER,
     JOB_SESSION,
     OLDER,
     FakeLive,
+    app_world,
     live_cluster,
     server_config,
     stored_session_a,
 )
+from tests.support.k8s_auth_stub import auth_api_stub
+from tests.support.sample_session import API, SESSION_A, StoredSample
 
 BULK = ClusterRef("bulk", "raycluster-bulk")
 LAYOUT = KeyLayout("")
@@ -49,12 +49,8 @@ def live() -> FakeLive:
 
 
 @pytest.fixture
-def world(tmp_path: Path, live: FakeLive) -> Iterator[tuple[Flask, ObjectStore, StoredSample]]:
-    config = server_config(tmp_path, sessions_ttl_seconds="0")
-    store, sample = stored_session_a(config)
-    store.put_bytes(LAYOUT.marker_key(DEMO, OLDER), b"")
-    store.put_bytes(LAYOUT.marker_key(JOB_CLUSTER, JOB_SESSION), b"")
-    yield create_app(config, store=store, live=live), store, sample
+def world(tmp_path: Path, live: FakeLive) -> tuple[Flask, ObjectStore, StoredSample]:
+    return app_world(tmp_path, live, logs=False)
 
 
 @pytest.fixture

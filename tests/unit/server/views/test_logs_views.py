@@ -15,8 +15,8 @@ from runtime.server.app import create_app
 from runtime.storage.base import ObjectStore
 from runtime.storage.layout import KeyLayout
 from runtime.storage.local import LocalStore
+from tests.support.app_world import FakeLive, enter, server_config, stored_session_a
 from tests.support.sample_session import API, SAMPLES, StoredSample
-from tests.unit.server.views.test_clusters_views import FakeLive, enter, server_config, stored_session_a
 
 ACTOR = "e00291346a6a9396f1fb35ee02000000"  # my-counter (Counter)
 ACTOR_WORKER_FILE = "worker-d0a8f005c56f97e8340b4984aeb8c85c79dac291b10857ec09616a86-02000000-10449"
