@@ -102,6 +102,7 @@ class Collector:
                 header_timeout=config.request_header_timeout,
                 body_timeout=config.request_body_timeout,
             ),
+            on_job_ended=self._job_ended,
         )
         self.snapshots: SnapshotRecorder | None = None
         if config.is_head and config.enable_log_collector:
@@ -145,6 +146,10 @@ class Collector:
         )
         thread.start()
         thread.join(max(0.0, deadline + EXIT_MARGIN / 2 - time.monotonic()))
+
+    def _job_ended(self) -> None:
+        if self.snapshots is not None:  # only the head polls its dashboard
+            self.snapshots.job_ended()
 
     def _dashboard(self, base_url: str) -> DashboardClient:
         return DashboardClient(

@@ -36,17 +36,15 @@ from runtime.collector.dashboard import (
     serve_empty,
 )
 from runtime.collector.discovery import IdentityChange, NodeIdentity
+from runtime.collector.extra_polls import ExtraPolls
 from runtime.collector.metrics import CollectorMetrics
+from runtime.collector.session_markers import SessionMarkers
 from runtime.collector.snapshot_endpoints import (
-    BUILTIN_POLLED,
-    CLUSTER_METADATA_URI,
     DATASETS_URI,
     FETCH_ONCE,
     JOBS_URI,
-    PLACEMENT_GROUPS_URI,
     SERVE_URI,
     TERMINAL_JOB_STATES,
-    TIMEZONE_URI,
     VERSION_URI,
     DatasetPollState,
     OnceState,
@@ -113,12 +111,12 @@ class SnapshotRecorder:
         # Serialises storage writes and state changes between the polling thread
         # and the final poll; the polling thread re-checks stop while holding it.
         self._commit_lock = threading.Lock()
-        self._markers_lock = threading.Lock()
-        self._markers: set[str] = set()
+        self._markers = SessionMarkers(store, layout, config.cluster, metrics)
         self._session: str | None = None
         self._datasets = DatasetPollState()
         self._once: dict[str, OnceState] = fresh_once_states()
         self._next_poll = 0.0
+        self._extra_polls = ExtraPolls(clock)
         self._errors = ErrorOnce(logger)
         identity.add_listener(self._on_identity_change)
 
@@ -130,24 +128,7 @@ class SnapshotRecorder:
     def write_marker(self, session: str, *, force: bool = False) -> bool:
         """Write the 0-byte marker listing ``session`` in the history; True when it
         is in storage. Skipped if this process already wrote it (unless ``force``)."""
-        with self._markers_lock:
-            if session in self._markers and not force:
-                return True
-        try:
-            key = self._layout.marker_key(self._config.cluster, session)
-            self._store.put_bytes(key, b"")
-        except (StorageError, InvalidKeyError) as exc:
-            self._metrics.upload_failures.labels(what="marker", kind=type(exc).__name__).inc()
-            self._errors.failure(f"session marker {session}", str(exc))
-            return False
-        with self._markers_lock:
-            first = session not in self._markers
-            self._markers.add(session)
-        self._metrics.markers_written.inc()
-        self._errors.success(f"session marker {session}")
-        if first:
-            logger.info("session marker written: %s", key)
-        return True
+        return self._markers.write(session, force=force)
 
     # ------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -179,6 +160,12 @@ class SnapshotRecorder:
         except Exception:
             logger.exception("final snapshot poll failed")
 
+    def job_ended(self) -> None:
+        """The head's aggregator reported a driver job FINISHED: poll again shortly
+        (:mod:`runtime.collector.extra_polls`)."""
+        self._extra_polls.add()
+        self._wake.set()
+
     def _on_identity_change(self, change: IdentityChange) -> None:
         if change.session_changed:
             self._wake.set()
@@ -208,10 +195,16 @@ class SnapshotRecorder:
             state = self._once[uri]
             if not state.stored and not state.gave_up and self._clock() >= state.next_try:
                 self._fetch_once(session, uri, name, state, PERIODIC)
+        asked = self._extra_polls.take_due()  # a job just ended (taken even when the periodic poll is due)
         if self._clock() >= self._next_poll:
             self._poll(session, PERIODIC)
             self._next_poll = self._clock() + self._config.poll_interval
+        elif asked:
+            self._poll(session, PERIODIC)
         pending = [s.next_try for s in self._once.values() if not s.stored and not s.gave_up]
+        extra = self._extra_polls.next_at()
+        if extra is not None:
+            pending.append(extra)
         wait = min([self._next_poll, *pending]) - self._clock()
         return wait if marker_ok else min(wait, RETRY_IDLE)
 
@@ -391,19 +384,3 @@ class SnapshotRecorder:
             self._commit(lambda: state.record(job_id, terminal, stored=False), mode)
             return
         self._save(session, uri, "datasets", resp.body, mode, on_stored=lambda: state.record(job_id, terminal, True))
-
-
-__all__ = [
-    "SnapshotRecorder",
-    # Re-exported from snapshot_endpoints, where they now live.
-    "BUILTIN_POLLED",
-    "CLUSTER_METADATA_URI",
-    "DATASETS_URI",
-    "FETCH_ONCE",
-    "JOBS_URI",
-    "PLACEMENT_GROUPS_URI",
-    "SERVE_URI",
-    "TERMINAL_JOB_STATES",
-    "TIMEZONE_URI",
-    "DatasetPollState",
-]

@@ -94,6 +94,8 @@ class ParsedBatch:
     groups: dict[SpoolTarget, list[bytes]] = field(default_factory=dict)
     type_counts: Counter[str] = field(default_factory=Counter)
     rejected: list[RejectedEvent] = field(default_factory=list)
+    #: driver jobs this batch reports FINISHED (the head then polls for their final status)
+    jobs_ended: int = 0
 
     @property
     def accepted(self) -> int:
@@ -111,6 +113,15 @@ def job_of(event: dict[str, object]) -> str | None:
                 job = to_hex_id_or_none(text) or text
                 return job if _SAFE.fullmatch(job) and job not in (".", "..") else None
     return None
+
+
+def job_finished(event: dict[str, object]) -> bool:
+    """A ``DRIVER_JOB_LIFECYCLE_EVENT`` with a ``FINISHED`` transition."""
+    payload = event.get("driverJobLifecycleEvent")
+    transitions = payload.get("stateTransitions") if isinstance(payload, dict) else None
+    return isinstance(transitions, list) and any(
+        isinstance(step, dict) and step.get("state") == "FINISHED" for step in transitions
+    )
 
 
 class _Targets:
@@ -188,6 +199,8 @@ def parse_batch(body: bytes) -> ParsedBatch:
         batch.type_counts[
             event_type if isinstance(event_type, str) and event_type in KNOWN_EVENT_TYPES else "OTHER"
         ] += 1
+        if event_type == "DRIVER_JOB_LIFECYCLE_EVENT" and job_finished(event):
+            batch.jobs_ended += 1
         target = targets.get(event, str(event["sessionName"]))
         lines = batch.groups.get(target)
         if lines is None:

@@ -107,7 +107,10 @@ class EventReceiver:
         fallback_node: Callable[[], str | None],
         max_targets_per_batch: int = DEFAULT_MAX_TARGETS_PER_BATCH,
         limits: ServerLimits | None = None,
+        on_job_ended: Callable[[], None] | None = None,
     ) -> None:
+        """``on_job_ended``: told, once a batch is durable, that it reported a driver
+        job FINISHED (the head's snapshot recorder polls for the job's final status)."""
         self.spool = spool
         self.quarantine = quarantine
         self.metrics = metrics
@@ -116,6 +119,7 @@ class EventReceiver:
         self.fallback_node = fallback_node
         self.max_targets_per_batch = max_targets_per_batch
         self.limits = limits or ServerLimits()
+        self.on_job_ended = on_job_ended
         self.draining = False
         self._in_flight = 0
         self._count_lock = threading.Lock()
@@ -171,10 +175,19 @@ class EventReceiver:
                 except OSError as exc:
                     logger.error("spooling an event batch failed: %s", exc)
                     return _json(500, {"error": f"local spool write failed: {exc.strerror or exc}"})
+            if batch.jobs_ended and self.on_job_ended is not None:
+                self._tell_job_ended(self.on_job_ended)
             return _json(200, {"accepted": batch.accepted, "quarantined": len(batch.rejected)})
         finally:
             with self._count_lock:
                 self._in_flight -= 1
+
+    @staticmethod
+    def _tell_job_ended(listener: Callable[[], None]) -> None:
+        try:
+            listener()
+        except Exception:  # the batch is durable: its 200 must not depend on a listener
+            logger.exception("job-ended listener failed")
 
     def _store(self, batch: ParsedBatch) -> None:
         self.spool.write(batch.groups, fallback_node=self.fallback_node())

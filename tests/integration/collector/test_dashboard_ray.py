@@ -25,13 +25,8 @@ from runtime.collector.dashboard import DashboardClient
 from runtime.collector.discovery import NodeIdentity
 from runtime.collector.metrics import CollectorMetrics
 from runtime.collector.session_files import node_id_from_session_dir, raylet_socket_alive, resolve_session_latest
-from runtime.collector.snapshots import (
-    CLUSTER_METADATA_URI,
-    JOBS_URI,
-    PLACEMENT_GROUPS_URI,
-    TIMEZONE_URI,
-    SnapshotRecorder,
-)
+from runtime.collector.snapshot_endpoints import CLUSTER_METADATA_URI, JOBS_URI, PLACEMENT_GROUPS_URI, TIMEZONE_URI
+from runtime.collector.snapshots import SnapshotRecorder
 from runtime.storage.config import StorageConfig
 from runtime.storage.errors import ObjectNotFoundError
 from runtime.storage.layout import ClusterRef, KeyLayout

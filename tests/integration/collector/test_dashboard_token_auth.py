@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from runtime.collector.dashboard import AUTH_HEADER, DashboardAuthError, DashboardClient
-from runtime.collector.snapshots import CLUSTER_METADATA_URI, JOBS_URI, TIMEZONE_URI
+from runtime.collector.snapshot_endpoints import CLUSTER_METADATA_URI, JOBS_URI, TIMEZONE_URI
 from runtime.storage.layout import ClusterRef, KeyLayout
 from tests.integration.emulators.base import free_port
 from tests.integration.ray_harness import CollectorProcess, RayHead, collector_env, ray_available

@@ -152,3 +152,37 @@ def test_bodies_that_are_not_arrays_are_rejected(body: bytes) -> None:
 def test_empty_batches(body: bytes) -> None:
     batch = parse_batch(body)
     assert batch.accepted == 0 and batch.rejected == []
+
+
+def _job_lifecycle(*states: object) -> dict[str, object]:
+    transitions = [{"state": s, "timestamp": "2026-11-22T01:59:08.491781511Z"} for s in states]
+    return event(
+        eventType="DRIVER_JOB_LIFECYCLE_EVENT",
+        driverJobLifecycleEvent={"jobId": "AgAAAA==", "stateTransitions": transitions},
+    )
+
+
+def test_finished_driver_jobs_are_counted() -> None:
+    """Ray 2.60's driver job lifecycle events (as captured in runB-all-types): CREATED when
+    the driver connects, FINISHED when it leaves; only FINISHED asks for a poll."""
+    body = orjson.dumps(
+        [
+            _job_lifecycle("CREATED"),
+            _job_lifecycle("FINISHED"),
+            _job_lifecycle("CREATED", "FINISHED"),
+            _job_lifecycle(None),
+            event(eventType="DRIVER_JOB_LIFECYCLE_EVENT", driverJobLifecycleEvent="FINISHED"),
+            event(
+                eventType="TASK_DEFINITION_EVENT", driverJobLifecycleEvent={"stateTransitions": [{"state": "FINISHED"}]}
+            ),
+        ]
+    )
+    batch = parse_batch(body)
+    assert batch.jobs_ended == 2 and batch.accepted == 6
+
+
+def test_real_batches_report_each_finished_job() -> None:
+    finished = sum(parse_batch(body).jobs_ended for body in accepted_batches())
+    lifecycle = [e for e in all_events() if e.get("eventType") == "DRIVER_JOB_LIFECYCLE_EVENT"]
+    states = [t["state"] for e in lifecycle for t in e["driverJobLifecycleEvent"]["stateTransitions"]]  # type: ignore[index]
+    assert finished == states.count("FINISHED") > 0

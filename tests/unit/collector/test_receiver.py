@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -194,3 +195,26 @@ def test_events_without_a_node_wait_for_one(make_client, tmp_path: Path) -> None
     pipeline.node = "c" * 56
     assert pipeline.uploader.drain(time.monotonic() + 10)
     assert pipeline.uploaded()[0].split("/")[-3] == "c" * 56
+
+
+def test_a_finished_job_is_told_once_its_batch_is_durable(make_client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The head's recorder is told of each batch that reports a driver job FINISHED, after
+    the batch is spooled; a failing listener never costs the batch its 200."""
+    pipeline, client = make_client()
+    told: list[int] = []
+
+    def listener() -> None:
+        told.append(pipeline.spool.file_count)  # the batch is already on disk
+        raise RuntimeError("listener bug")
+
+    pipeline.receiver.on_job_ended = listener
+    answers = [client.post("/v1/events", data=body) for body in accepted_batches()]
+    assert all(a.status_code == 200 for a in answers), [a.text for a in answers if a.status_code != 200]
+    with_finished = [b for b in accepted_batches() if any(_finishes_a_job(e) for e in orjson.loads(b))]
+    assert len(told) == len(with_finished) > 0 and all(count > 0 for count in told)
+
+
+def _finishes_a_job(event: dict[str, Any]) -> bool:
+    if event.get("eventType") != "DRIVER_JOB_LIFECYCLE_EVENT":
+        return False
+    return any(t["state"] == "FINISHED" for t in event["driverJobLifecycleEvent"]["stateTransitions"])

@@ -19,7 +19,7 @@ import pytest
 from runtime.collector.dashboard import DashboardClient
 from runtime.collector.discovery import NodeIdentity
 from runtime.collector.metrics import CollectorMetrics
-from runtime.collector.snapshots import (
+from runtime.collector.snapshot_endpoints import (
     BUILTIN_POLLED,
     CLUSTER_METADATA_URI,
     JOBS_URI,
@@ -27,8 +27,8 @@ from runtime.collector.snapshots import (
     SERVE_URI,
     TIMEZONE_URI,
     VERSION_URI,
-    SnapshotRecorder,
 )
+from runtime.collector.snapshots import SnapshotRecorder
 from runtime.storage.errors import ObjectNotFoundError
 from runtime.storage.layout import ClusterRef, KeyLayout
 from runtime.storage.local import LocalStore
@@ -524,3 +524,47 @@ def test_a_restarted_heads_answers_are_not_stored_under_the_old_session(tmp_path
     rig.switch_session()  # discovery catches up: the new session's answers go to it
     rig.recorder.tick()
     assert rig.stored(JOBS_URI, SESSION_B) == b"[]"
+
+
+# ------------------------------------------------------------ a job ends
+def test_a_finished_job_is_polled_for_within_seconds(tmp_path: Path, fake: FakeDashboard) -> None:
+    """KubeRay may delete a RayJob's cluster seconds after the job ends; its final status
+    exists only in /api/jobs/. So the aggregator's FINISHED event makes the recorder poll
+    after 1, 5 and 15 s instead of waiting up to the 30 s of the periodic poll."""
+    serve_defaults(fake, jobs(("02000000", "RUNNING")))
+    rig = build(tmp_path, fake)
+    rig.recorder.tick()
+    assert fake.hits(JOBS_URI) == 1
+    fake.reply(JOBS_URI, jobs(("02000000", "SUCCEEDED")))
+    rig.clock.now += 3
+    assert rig.recorder.tick() == pytest.approx(27.0)  # nothing asked for: the periodic poll is next
+    assert fake.hits(JOBS_URI) == 1
+
+    rig.recorder.job_ended()
+    assert rig.recorder.tick() == pytest.approx(1.0)
+    assert fake.hits(JOBS_URI) == 1
+    rig.clock.now += 1
+    assert rig.recorder.tick() == pytest.approx(4.0)
+    assert fake.hits(JOBS_URI) == 2
+    assert json.loads(rig.stored(JOBS_URI) or b"[]")[0]["status"] == "SUCCEEDED"
+    rig.clock.now += 4
+    assert rig.recorder.tick() == pytest.approx(10.0)
+    rig.clock.now += 10
+    assert rig.recorder.tick() == pytest.approx(12.0)  # t = 18: back to the periodic schedule (t = 30)
+    assert fake.hits(JOBS_URI) == 4
+
+
+def test_job_end_polls_are_bounded(tmp_path: Path, fake: FakeDashboard) -> None:
+    serve_defaults(fake)
+    rig = build(tmp_path, fake)
+    rig.recorder.tick()
+    for _ in range(1000):  # a flood of FINISHED events
+        rig.recorder.job_ended()
+        rig.clock.now += 0.001
+    polls = 0
+    for _ in range(100):
+        before = fake.hits(JOBS_URI)
+        rig.clock.now += 1
+        rig.recorder.tick()
+        polls += fake.hits(JOBS_URI) - before
+    assert polls <= 16 + 4  # the pending bound, plus the periodic polls of those 100 s
