@@ -34,6 +34,7 @@ from typing import BinaryIO
 import orjson
 
 from runtime.server.errors import SessionLoadError
+from runtime.server.index.cpus import killed_hint
 from runtime.server.index.pool import python_env
 from runtime.server.index.progress import ProgressCallback, no_progress
 from runtime.storage.base import ObjectInfo
@@ -98,7 +99,8 @@ def build_in_child(
         answer = orjson.loads(line)
         status, message = str(answer["status"]), str(answer["message"])
     except (orjson.JSONDecodeError, KeyError, TypeError):
-        status, message = "error", f"the index builder process died (exit code {proc.returncode})"
+        status = "error"
+        message = f"the index builder process died (exit code {proc.returncode}){killed_hint(proc.returncode)}"
     if status != "ok":
         raise SessionLoadError(f"indexing {session} failed: {message}")
 

@@ -1,4 +1,5 @@
-"""How many CPUs this process may really use: affinity and the container's CPU quota.
+"""How many CPUs this process may really use (affinity and the container's CPU quota),
+and how much memory (to explain a build the OOM killer stopped).
 
 ``os.sched_getaffinity`` reports the node's cores inside a Kubernetes pod; the pod's
 ``resources.limits.cpu`` is enforced as a CFS quota instead. Sizing the index build's
@@ -53,3 +54,30 @@ def usable_cpus(root: Path = CGROUP_ROOT) -> int:
     if limit is not None:
         cores = min(cores, math.ceil(limit))
     return max(1, cores)
+
+
+def cgroup_memory_limit(root: Path = CGROUP_ROOT) -> int | None:
+    """Bytes the container may use (v2 ``memory.max``, else v1 ``limit_in_bytes``); None if unlimited."""
+    v2 = _read(root / "memory.max")
+    raw = v2 if v2 is not None else _read(root / "memory" / "memory.limit_in_bytes")
+    if raw is None or raw == "max":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        return None
+    return value if 0 < value < 2**60 else None  # v1 says "unlimited" with a huge number
+
+
+def killed_hint(returncode: int | None, root: Path = CGROUP_ROOT) -> str:
+    """What to tell an operator about a build process that died with ``returncode``:
+    SIGKILL in a container is nearly always the kernel's OOM killer."""
+    if returncode != -9:
+        return ""
+    limit = cgroup_memory_limit(root)
+    within = f" of the container's {limit / 2**30:.1f} GiB" if limit else ""
+    return (
+        f"; it was killed (SIGKILL), most likely out of memory{within}: an index build needs about "
+        "1.7 KB per task attempt (1.7 GiB at 1,000,000 tasks), so raise the server's memory limit "
+        "(historyServer.resources)"
+    )

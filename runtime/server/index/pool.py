@@ -20,6 +20,7 @@ from typing import IO, Any
 import orjson
 
 import runtime
+from runtime.server.index.cpus import killed_hint
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +108,8 @@ class WorkerPool:
             if proc.returncode != 0:
                 self._stderr[n].seek(0)
                 tail = self._stderr[n].read()[-2000:].decode("utf-8", "replace")
-                raise WorkerError(f"shard worker {n} exited with {proc.returncode}: {tail}")
+                hint = killed_hint(proc.returncode)
+                raise WorkerError(f"shard worker {n} exited with {proc.returncode}{hint}: {tail}")
             results.append(orjson.loads(out.splitlines()[-1]))
         return results
 

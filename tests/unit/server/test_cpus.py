@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.server.index.cpus import cgroup_cpu_limit, usable_cpus
+from runtime.server.index.cpus import cgroup_cpu_limit, cgroup_memory_limit, killed_hint, usable_cpus
 
 
 def _v2(root: Path, cpu_max: str) -> Path:
@@ -51,3 +51,31 @@ def test_a_fraction_of_a_core_still_gives_one(tmp_path: Path) -> None:
 
 def test_this_machine_reads_without_error() -> None:
     assert 1 <= usable_cpus() <= (os.cpu_count() or 1)
+
+
+@pytest.mark.parametrize(
+    ("v2", "v1", "expected"),
+    [
+        ("3221225472", None, 3 * 2**30),
+        ("max", None, None),
+        (None, "2147483648", 2 * 2**30),
+        (None, "9223372036854771712", None),  # cgroup v1's "unlimited"
+        (None, None, None),
+        ("garbage", None, None),
+    ],
+)
+def test_cgroup_memory_limit(tmp_path: Path, v2: str | None, v1: str | None, expected: int | None) -> None:
+    if v2 is not None:
+        (tmp_path / "memory.max").write_text(f"{v2}\n")
+    if v1 is not None:
+        (tmp_path / "memory").mkdir()
+        (tmp_path / "memory" / "memory.limit_in_bytes").write_text(f"{v1}\n")
+    assert cgroup_memory_limit(tmp_path) == expected
+
+
+def test_a_sigkilled_build_is_explained_as_out_of_memory(tmp_path: Path) -> None:
+    (tmp_path / "memory.max").write_text("2147483648\n")
+    hint = killed_hint(-9, tmp_path)
+    assert "out of memory of the container's 2.0 GiB" in hint and "historyServer.resources" in hint
+    assert "out of memory:" in killed_hint(-9, tmp_path / "none")
+    assert killed_hint(1, tmp_path) == killed_hint(None, tmp_path) == ""

@@ -132,7 +132,7 @@ def test_every_object_is_schema_valid_and_wired() -> None:
     # 10Gi cache + 1Gi /tmp + 512Mi for logs and the writable layer.
     assert container["resources"] == {
         "requests": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "11776Mi"},
-        "limits": {"cpu": "2", "memory": "2Gi", "ephemeral-storage": "11776Mi"},
+        "limits": {"cpu": "2", "memory": "3Gi", "ephemeral-storage": "11776Mi"},
     }
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v["emptyDir"] for v in spec["volumes"]}
