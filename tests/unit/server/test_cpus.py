@@ -76,6 +76,6 @@ def test_cgroup_memory_limit(tmp_path: Path, v2: str | None, v1: str | None, exp
 def test_a_sigkilled_build_is_explained_as_out_of_memory(tmp_path: Path) -> None:
     (tmp_path / "memory.max").write_text("2147483648\n")
     hint = killed_hint(-9, tmp_path)
-    assert "out of memory of the container's 2.0 GiB" in hint and "historyServer.resources" in hint
+    assert "out of memory of the container's 2.0 GiB" in hint and "resources.limits.memory" in hint
     assert "out of memory:" in killed_hint(-9, tmp_path / "none")
     assert killed_hint(1, tmp_path) == killed_hint(None, tmp_path) == ""
