@@ -38,6 +38,8 @@ RECORDER_PORT = 18084  # Ray exports here; the recorder forwards to EVENTS_PORT
 AGENT_PORT = 52365  # Ray's dashboard agent HTTP port (its default)
 ROOT_DIR = "hist"
 WORKLOADS = Path(__file__).with_name("workloads")
+#: Submission ids of the harness's own path-check jobs (scenarios leave them out of job lists).
+PATH_CHECK = "pathcheck-"
 #: (the live /api/v0/tasks rows, {(task id, "out"|"err"): the live log text})
 LiveView = tuple[list[dict[str, Any]], dict[tuple[str, str], str]]
 CLUSTER = ClusterRef(namespace="default", name="raycluster-two-nodes")
@@ -212,6 +214,35 @@ class TwoNodeCluster:
             # before it listens can lose its events. KubeRay's readiness probe waits on it too.
             agent_up = partial(port_open, node.ns, node.ip, AGENT_PORT)
             wait_until(agent_up, 180, f"the {node.role}'s dashboard agent (:{AGENT_PORT})")
+        self.check_worker_path()
+
+    def check_worker_path(self, timeout: float = 180) -> None:
+        """A task on the worker, then wait until its events reached both the head (the live
+        state API resolves its log) and the worker's collector. On a loaded machine the
+        worker's first tasks were seen to lose their events (an agent listening is not yet
+        an aggregator exporting); a scenario starts only once that path demonstrably works."""
+        session = self.worker.session_dir().name
+        submission = f"{PATH_CHECK}{time.monotonic_ns()}"
+        self.submit("path_check.py", submission)
+        status = self.wait_job(submission)
+        if status != "SUCCEEDED":
+            raise RuntimeError(f"the path-check job ended {status}: {self.get(f'/api/jobs/{submission}')}")
+
+        def through() -> bool:
+            tasks = [t for t in self.live_tasks() if t["name"] == "path_check"]
+            mine = [t for t in tasks if t["node_id"]]
+            if not mine:
+                return False
+            try:
+                log = self.get_text(f"/api/v0/logs/file?task_id={mine[-1]['task_id']}&suffix=out", patience=0)
+            except urllib.error.HTTPError as error:
+                if error.code < 500:
+                    raise
+                return False
+            acked = self.worker.acknowledged().values()
+            return "says hello" in log and any(e.get("sessionName") == session for e in acked)
+
+        wait_until(through, timeout, "the worker's task events to reach the head and the worker's collector")
 
     def _dashboard_up(self) -> bool:
         assert self.head.ray is not None

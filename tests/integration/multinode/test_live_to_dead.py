@@ -52,9 +52,9 @@ def test_live_dashboard_then_the_same_selection_from_storage(cluster: TwoNodeClu
     cluster.submit("two_nodes.py", submission)
     assert cluster.wait_job(submission) == "SUCCEEDED", cluster.get(f"/api/jobs/{submission}")
     session = cluster.head.session_dir().name
-    head_tasks = cluster.live_tasks()
+    head_tasks, live_logs = cluster.caught_up_view(cluster.node_ids()[cluster.worker.ip])
     [worker_task, *_] = [t for t in head_tasks if t["name"] == "on_worker"]
-    live_log = cluster.get_text(f"/api/v0/logs/file?task_id={worker_task['task_id']}&suffix=out")
+    live_log = live_logs[(worker_task["task_id"], "out")]
 
     (tmp_path / "cache").mkdir()
     live_flag = f"--live-cluster={CLUSTER.namespace}/{CLUSTER.name}={cluster.dashboard_url}"

@@ -35,3 +35,8 @@ try:
     raise SystemExit("outlives_its_node returned although its node was killed")
 except ray.exceptions.RayError as exc:
     print(f"outlives_its_node failed with its node: {type(exc).__name__}")
+
+# Ray force-exits a job's workers as soon as its driver exits; their task events are
+# flushed every 1 s, so a driver leaving at once loses the last ones (seen: a worker that
+# ran its task and was killed before reporting it). Real jobs live longer; this one waits.
+time.sleep(3)

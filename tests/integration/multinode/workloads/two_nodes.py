@@ -1,6 +1,8 @@
 """Scenario 1's job: tasks pinned to each node by custom resources, a failing task on
 the worker, an actor on the worker. Prints what ran where (read back by the test)."""
 
+import time
+
 import ray
 
 ray.init()
@@ -46,3 +48,8 @@ actor_nodes = set(ray.get([tally.add.remote(n) for n in (1, 2, 3)]))
 print("placement:", sorted(head_nodes), sorted(worker_nodes), sorted(actor_nodes))
 assert len(head_nodes) == 1 and len(worker_nodes) == 1 and head_nodes != worker_nodes, (head_nodes, worker_nodes)
 assert actor_nodes == worker_nodes
+
+# Ray force-exits a job's workers as soon as its driver exits; their task events are
+# flushed every 1 s, so a driver leaving at once loses the last ones (seen: a worker that
+# ran its task and was killed before reporting it). Real jobs live longer; this one waits.
+time.sleep(3)
