@@ -326,3 +326,31 @@ def stored_events(root: Path) -> Iterator[dict[str, object]]:
 
 def unique_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class HeadWithCollector:
+    ray: RayHead
+    collector: CollectorProcess
+    proxy: RecordingProxy
+    bucket: Path
+
+
+@contextlib.contextmanager
+def head_with_collector(tmp: Path, cluster: ClusterRef, **env: str) -> Iterator[HeadWithCollector]:
+    """A real Ray head whose events reach a head collector (``collector_env`` plus ``env``)
+    through a :class:`RecordingProxy`, writing to ``tmp/bucket``; all stopped on exit."""
+    bucket = tmp / "bucket"
+    port = free_port()
+    proxy = RecordingProxy(upstream_port=port)
+    ray = RayHead(proxy.url)
+    collector = CollectorProcess({}, port, tmp / "collector.log")
+    try:
+        ray.start()
+        collector.env.update(collector_env(bucket, ray, cluster, **env))
+        collector.start()
+        yield HeadWithCollector(ray, collector, proxy, bucket)
+    finally:
+        collector.kill()
+        ray.cleanup()
+        proxy.close()

@@ -16,13 +16,12 @@ from pathlib import Path
 import pytest
 
 from runtime.storage.layout import ClusterRef, KeyLayout
-from tests.integration.emulators.base import free_port
 from tests.integration.ray_harness import (
     SAMPLES,
     CollectorProcess,
     RayHead,
     RecordingProxy,
-    collector_env,
+    head_with_collector,
     ray_available,
     stored_events,
     unique_id,
@@ -52,23 +51,11 @@ class Run:
 
 @pytest.fixture
 def run(tmp_path: Path) -> Iterator[Run]:
-    bucket = tmp_path / "bucket"
-    port = free_port()
-    proxy = RecordingProxy(upstream_port=port)
-    ray = RayHead(proxy.url)
-    collector = CollectorProcess({}, port, tmp_path / "collector.log")
-    try:
-        ray.start()
-        collector.env.update(collector_env(bucket, ray, CLUSTER))
-        collector.start()
+    with head_with_collector(tmp_path, CLUSTER) as head:
         workdir = tmp_path / "job"
         workdir.mkdir()
         shutil.copy(SAMPLES / "workload.py", workdir / "workload.py")
-        yield Run(ray, collector, proxy, bucket, KeyLayout("hist"), workdir)
-    finally:
-        collector.kill()
-        ray.cleanup()
-        proxy.close()
+        yield Run(head.ray, head.collector, head.proxy, head.bucket, KeyLayout("hist"), workdir)
 
 
 def test_a_real_session_is_collected_completely(run: Run) -> None:

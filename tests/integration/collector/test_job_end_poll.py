@@ -16,16 +16,7 @@ from pathlib import Path
 import pytest
 
 from runtime.storage.layout import ClusterRef, KeyLayout
-from tests.integration.emulators.base import free_port
-from tests.integration.ray_harness import (
-    CollectorProcess,
-    RayHead,
-    RecordingProxy,
-    collector_env,
-    ray_available,
-    unique_id,
-    wait_until,
-)
+from tests.integration.ray_harness import HeadWithCollector, head_with_collector, ray_available, unique_id, wait_until
 
 pytestmark = [
     pytest.mark.integration,
@@ -37,21 +28,9 @@ CLUSTER = ClusterRef(namespace="default", name="raycluster-job-end")
 
 
 @pytest.fixture
-def head(tmp_path: Path) -> Iterator[tuple[RayHead, CollectorProcess, Path]]:
-    bucket = tmp_path / "bucket"
-    port = free_port()
-    proxy = RecordingProxy(upstream_port=port)
-    ray = RayHead(proxy.url)
-    collector = CollectorProcess({}, port, tmp_path / "collector.log")
-    try:
-        ray.start()
-        collector.env.update(collector_env(bucket, ray, CLUSTER, RAY_COLLECTOR_POLL_INTERVAL="600s"))
-        collector.start()
-        yield ray, collector, bucket
-    finally:
-        collector.kill()
-        ray.cleanup()
-        proxy.close()
+def head(tmp_path: Path) -> Iterator[HeadWithCollector]:
+    with head_with_collector(tmp_path, CLUSTER, RAY_COLLECTOR_POLL_INTERVAL="600s") as running:
+        yield running
 
 
 def _stored_status(bucket: Path, session: str, submission: str) -> str | None:
@@ -63,10 +42,8 @@ def _stored_status(bucket: Path, session: str, submission: str) -> str | None:
     return next((str(j["status"]) for j in jobs if j.get("submission_id") == submission), None)
 
 
-def test_the_final_status_is_stored_seconds_after_the_job_ends(
-    head: tuple[RayHead, CollectorProcess, Path], tmp_path: Path
-) -> None:
-    ray, collector, bucket = head
+def test_the_final_status_is_stored_seconds_after_the_job_ends(head: HeadWithCollector, tmp_path: Path) -> None:
+    ray, collector, bucket = head.ray, head.collector, head.bucket
     session = ray.session_dir().name
     workdir = tmp_path / "job"
     workdir.mkdir()
