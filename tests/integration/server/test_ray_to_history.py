@@ -17,13 +17,10 @@ import pytest
 import requests
 
 from runtime.storage.layout import ClusterRef
-from tests.integration.emulators.base import free_port
 from tests.integration.ray_harness import (
     SAMPLES,
-    CollectorProcess,
     RayHead,
-    RecordingProxy,
-    collector_env,
+    head_with_collector,
     ray_available,
     unique_id,
     wait_until,
@@ -52,15 +49,8 @@ class DeadSession:
 @pytest.fixture(scope="module")
 def dead_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DeadSession]:
     tmp = tmp_path_factory.mktemp("ray-history")
-    bucket = tmp / "bucket"
-    port = free_port()
-    proxy = RecordingProxy(upstream_port=port)
-    ray = RayHead(proxy.url)
-    collector = CollectorProcess({}, port, tmp / "collector.log")
-    try:
-        ray.start()
-        collector.env.update(collector_env(bucket, ray, CLUSTER))
-        collector.start()
+    with head_with_collector(tmp, CLUSTER) as head:
+        ray = head.ray
         workdir = tmp / "job"
         workdir.mkdir()
         shutil.copy(SAMPLES / "workload.py", workdir / "workload.py")
@@ -69,13 +59,9 @@ def dead_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DeadSessi
         time.sleep(3)  # Ray's publisher flushes the last events every ~1 s
         live = {path: requests.get(ray.dashboard_url + path, timeout=30).json() for path in LIVE_PATHS}
         session, node = ray.session_dir().name, ray.node_id()
-        assert collector.terminate() == 0
+        assert head.collector.terminate() == 0
         ray.stop()  # the cluster is gone: only storage remains
-        yield DeadSession(bucket, session, node, submission, live)
-    finally:
-        collector.kill()
-        ray.cleanup()
-        proxy.close()
+        yield DeadSession(head.bucket, session, node, submission, live)
 
 
 @pytest.fixture(scope="module")
