@@ -8,7 +8,10 @@
   session, else one worker subprocess per core, each replaying and rendering its
   range into its own SQLite file; shard 0 writes the index file itself (and its
   task indexes) and the others are appended to it in key order. Everything else
-  (actors, jobs, nodes, log events, objects) is replayed here.
+  (actors, jobs, nodes, log events, objects) is replayed here. Workers of a big
+  session spill their input to disk and replay it one bucket (a sixteenth of the
+  ids) at a time (:mod:`runtime.server.index.spill`): their memory is that of a
+  bucket's tasks, not of their whole range.
 * The file is bulk-loaded (no journal, no syncs), secondary indexes are created
   after the rows are in, meta is written last and the file is switched to WAL so
   readers in other processes can use it. Callers build into a temporary path and
@@ -37,12 +40,13 @@ from runtime.server.index.fingerprint import fingerprints
 from runtime.server.index.index_file import INSERT_OBJECT, BuildStats, object_rows, write_meta
 from runtime.server.index.pool import WorkerError, WorkerPool
 from runtime.server.index.progress import ProgressCallback, no_progress
-from runtime.server.index.shard_db import BULK_PRAGMAS, append_shards, create_bulk_db, split_ddl, write_shard
+from runtime.server.index.shard_db import BULK_PRAGMAS, append_shards, create_bulk_db, split_ddl, write_shards
 from runtime.server.index.sources import Sources, classify, read_all, read_one, stream_lines
+from runtime.server.index.spill import remove_spill_files
 from runtime.server.index.tables import insert_actors, insert_jobs, insert_nodes
 from runtime.server.replay.jobs import merge_jobs, parse_snapshot
 from runtime.server.replay.log_events import LogEvents
-from runtime.server.replay.route import Router
+from runtime.server.replay.route import BUCKETS, Router
 from runtime.server.replay.session import SessionReplay, base_ns_for
 from runtime.server.replay.shard import ShardResult, TaskShard
 from runtime.storage.base import ObjectInfo, ObjectStore
@@ -53,6 +57,9 @@ logger = logging.getLogger(__name__)
 
 #: Below this many event bytes a build stays in-process (workers take ~0.1 s to start).
 PARALLEL_MIN_BYTES = 24 * 1024 * 1024
+#: Above this many event bytes per worker, workers spill (~1.5 KB of replay state
+#: per task attempt, ~3 KB of events: a worker below it holds at most ~250 MiB).
+SPILL_ABOVE_BYTES = 512 * 1024 * 1024
 MAX_PROCESSES = 8
 GZIP_RATIO = 10
 _INSERT_LOG_EVENT = "INSERT OR REPLACE INTO log_events (job_id, ts, event_id, event_json) VALUES (?, ?, ?, ?)"
@@ -88,10 +95,11 @@ def build_index(
     # JSON event objects compress ~10-16x: judge gzipped ones by their likely size.
     estimate = sum(info.size * (GZIP_RATIO if info.key.endswith(".gz") else 1) for info in sources.events)
     stats.processes = _processes(processes, estimate)
+    spill = stats.processes > 0 and estimate > SPILL_ABOVE_BYTES * stats.processes
     build = _Build(store=store, sources=sources, stats=stats, out_path=out_path, session=session, progress=progress)
     try:
         with _GC_PAUSE:
-            build.run(read_workers, started)
+            build.run(read_workers, started, spill)
         build.write_tables(listing, prefix)
     finally:
         for path in build.shard_paths[1:]:
@@ -158,7 +166,7 @@ class _Build:
         self.shard_paths = [out_path] + [Path(f"{out_path}.shard{n}") for n in range(1, stats.processes)]
         self.tasks_last_ms = 0  # the latest task transition of any shard
 
-    def run(self, read_workers: int, started: float) -> None:
+    def run(self, read_workers: int, started: float, spill: bool) -> None:
         """Read, route and replay everything; the task shards are written at the end."""
         pool: WorkerPool | None = None
         inline: TaskShard | None = None
@@ -167,8 +175,8 @@ class _Build:
                 inline = TaskShard(self.base_ns)
                 router = Router(1, inline.feed_routed, self.others.append)
             else:
-                pool = WorkerPool(self.shard_paths, self.base_ns)
-                router = Router(self.stats.processes, pool.send, self.others.append)
+                pool = WorkerPool(self.shard_paths, self.base_ns, spill=spill)
+                router = Router(BUCKETS, pool.send, self.others.append, batch_lines=1024)
             self._read(router, read_workers)
             router.flush()
             self.progress("writing", None, None)
@@ -251,7 +259,7 @@ class _Build:
             raise RuntimeError("no in-process task shard")
         conn = create_bulk_db(self.out_path)
         try:
-            return write_shard(conn, shard, indexes=True)
+            return write_shards(conn, [shard], indexes=True)
         finally:
             conn.close()
 
@@ -339,3 +347,4 @@ def _unlink_all(path: Path) -> None:
     for suffix in ("", "-wal", "-shm", "-journal", ".rest", ".stderr"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"{path}{suffix}")
+    remove_spill_files(path)

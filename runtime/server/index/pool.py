@@ -1,5 +1,7 @@
 """Task-shard worker subprocesses fed over their stdin by writer threads.
 
+The router hands over batches per bucket (:data:`~runtime.server.replay.route.BUCKETS`);
+worker ``n`` of ``N`` takes buckets ``[16n/N, 16(n+1)/N)``, an ascending id range.
 Each worker gets a bounded queue: the router never waits on one slow worker while
 the others idle, and memory stays bounded (``queue_frames`` batches per worker).
 Pipe writes release the GIL, so feeding costs the routing thread little.
@@ -21,6 +23,9 @@ import orjson
 
 import runtime
 from runtime.server.index.cpus import killed_hint
+from runtime.server.index.spill import remove_spill_files
+from runtime.server.index.worker import END_OF_INPUT, frame
+from runtime.server.replay.route import BUCKETS
 
 logger = logging.getLogger(__name__)
 
@@ -40,25 +45,29 @@ class WorkerError(RuntimeError):
 
 
 class WorkerPool:
-    def __init__(self, shard_paths: list[Path], base_ns: int = 0, queue_frames: int = 8) -> None:
+    def __init__(self, shard_paths: list[Path], base_ns: int = 0, queue_frames: int = 8, spill: bool = False) -> None:
+        """``spill``: workers keep their input on disk and replay it one bucket at a
+        time (:mod:`runtime.server.index.spill`)."""
         self.shard_paths = shard_paths
         env = python_env()
         self._procs: list[subprocess.Popen[bytes]] = []
         self._stderr: list[IO[bytes]] = []
-        self._queues: list[queue.Queue[bytes | None]] = []
+        self._queues: list[queue.Queue[tuple[int, bytes] | None]] = []
+        self._worker_of = [bucket * len(shard_paths) // BUCKETS for bucket in range(BUCKETS)]
         self._threads: list[threading.Thread] = []
         self._errors: list[BaseException] = []
         for n, path in enumerate(shard_paths):
             err = open(f"{path}.stderr", "w+b")  # noqa: SIM115 - closed in close()
             proc = subprocess.Popen(  # noqa: S603 - our own module, our interpreter
                 [sys.executable, "-m", "runtime.server.index.worker", str(path), f"--base-ns={base_ns}"]
-                + (["--indexes"] if not n else []),
+                + (["--indexes"] if not n else [])
+                + (["--spill"] if spill else []),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,
                 env=env,
             )
-            frames: queue.Queue[bytes | None] = queue.Queue(maxsize=queue_frames)
+            frames: queue.Queue[tuple[int, bytes] | None] = queue.Queue(maxsize=queue_frames)
             thread = threading.Thread(target=self._feed, args=(proc, frames), name=f"shard-feed-{n}")
             thread.daemon = True
             thread.start()
@@ -67,17 +76,18 @@ class WorkerPool:
             self._queues.append(frames)
             self._threads.append(thread)
 
-    def _feed(self, proc: subprocess.Popen[bytes], frames: queue.Queue[bytes | None]) -> None:
+    def _feed(self, proc: subprocess.Popen[bytes], frames: queue.Queue[tuple[int, bytes] | None]) -> None:
         stdin = proc.stdin
         if stdin is None:
             raise WorkerError("worker started without a stdin pipe")
         try:
             while True:
-                blob = frames.get()
-                if blob is None:
-                    stdin.write(b"\0\0\0\0")
+                item = frames.get()
+                if item is None:
+                    stdin.write(END_OF_INPUT)
                     break
-                stdin.write(len(blob).to_bytes(4, "little"))
+                bucket, blob = item
+                stdin.write(frame(bucket, blob))
                 stdin.write(blob)
             stdin.close()
         except (BrokenPipeError, OSError) as exc:
@@ -85,10 +95,11 @@ class WorkerPool:
             while frames.get() is not None:  # keep the producer unblocked
                 pass
 
-    def send(self, shard: int, blob: bytes) -> None:
+    def send(self, bucket: int, blob: bytes) -> None:
+        """A :class:`~runtime.server.replay.route.Router` sink (``Router(BUCKETS, ...)``)."""
         if self._errors:
             raise WorkerError(f"a shard worker stopped reading: {self._errors[0]}")
-        self._queues[shard].put(blob)
+        self._queues[self._worker_of[bucket]].put((bucket, blob))
 
     def finish(self, timeout: float | None = None) -> list[dict[str, Any]]:
         """End the inputs, wait for every worker, return their summaries."""
@@ -135,3 +146,4 @@ class WorkerPool:
         for path in self.shard_paths:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"{path}.stderr")
+            remove_spill_files(path)  # a worker killed before it cleaned up

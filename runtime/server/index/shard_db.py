@@ -14,7 +14,8 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from itertools import chain
 from pathlib import Path
 
@@ -64,32 +65,43 @@ def create_bulk_db(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def write_shard(conn: sqlite3.Connection, shard: TaskShard, indexes: bool = False) -> ShardResult:
-    """Insert the shard's rows (one transaction); the tables must exist. With
+def write_shards(conn: sqlite3.Connection, shards: Iterable[TaskShard], indexes: bool = False) -> ShardResult:
+    """Insert the rows of ``shards`` (consecutive id ranges, in ascending order; one
+    transaction); the tables must exist. Each shard is rendered and released before
+    the next is taken, so a lazy iterable holds one in memory at a time. With
     ``indexes`` the task tables' secondary indexes are created afterwards (the
     shard whose file becomes the index does it, in parallel with the others)."""
-    renderer = shard.renderer()
+    result = ShardResult()
+    counts: Counter[tuple[str, str, str, str, str]] = Counter()
+    packers: dict[int, Callable[[bytes], bytes]] = {}
     conn.execute("BEGIN")
-    conn.executemany(INSERT_TASK, _packed(conn, renderer.rows(ordered=True)))
-    conn.executemany(INSERT_TASK_COUNT, renderer.count_rows())
+    for shard in shards:
+        renderer = shard.renderer()
+        conn.executemany(INSERT_TASK, _packed(conn, packers, renderer.rows(ordered=True)))
+        counts.update(renderer.counts)
+        result.add(shard.result(renderer))
+        del shard, renderer  # before the next one is replayed
+    conn.executemany(INSERT_TASK_COUNT, [(*key, n) for key, n in counts.items()])
     conn.execute("COMMIT")
     if indexes:
         for statement in split_ddl()[1]:
             if " ON tasks " in statement:
                 conn.execute(statement)
-    return shard.result(renderer)
+    return result
 
 
 #: Dictionary number per first character of a (hex) task id.
 _DICT_OF = {char: int(char, 16) for char in "0123456789abcdef"}
 
 
-def _packed(conn: sqlite3.Connection, rows: Iterator[TaskRow]) -> Iterator[TaskRow]:
+def _packed(
+    conn: sqlite3.Connection, packers: dict[int, Callable[[bytes], bytes]], rows: Iterator[TaskRow]
+) -> Iterator[TaskRow]:
     """The rows (in key order) with brief_json and extra_json packed. Dictionary
     ``n`` is made of the first rows whose task id starts with hex digit ``n``: task
     shards split ids on those digits, so every build of a session, in-process or
-    parallel, packs each row identically. Rows of other ids stay plain."""
-    packers: dict[int, Callable[[bytes], bytes]] = {}
+    parallel, packs each row identically. Rows of other ids stay plain. ``packers``
+    (dictionary number -> pack) carries over from one shard to the next."""
     waiting: list[TaskRow] = []  # the first rows of the current digit, before its dictionary
     current = -1
     for row in rows:

@@ -1,9 +1,13 @@
-"""Task-shard worker: ``python -m runtime.server.index.worker SHARD_DB [--indexes] [--base-ns N]``.
+"""Task-shard worker: ``python -m runtime.server.index.worker SHARD_DB [--indexes] [--base-ns N] [--spill]``.
 
-Reads frames from stdin (4-byte little-endian length, then that many bytes of JSON
-lines; a zero length ends the input), replays them as one
-:class:`~runtime.server.replay.shard.TaskShard`, writes the rows into a fresh
+Reads frames from stdin (4-byte little-endian length, one byte naming the frame's
+bucket (:data:`~runtime.server.replay.route.BUCKETS`), then that many bytes of JSON
+lines; a zero length ends the input), replays them as
+:class:`~runtime.server.replay.shard.TaskShard` s, writes the rows into a fresh
 SQLite file ``SHARD_DB`` and prints one JSON line with its counters on stdout.
+Without ``--spill`` the whole range is replayed as it arrives; with it, frames are
+kept on disk per bucket (:mod:`runtime.server.index.spill`) and replayed one
+bucket at a time after the input ends, so memory holds one bucket's tasks.
 Events that are not task events go to ``SHARD_DB.rest`` (JSON lines) for the
 parent. A plain subprocess of our interpreter, like the whole-build child
 (:mod:`runtime.server.index.child`) that may be the one starting it.
@@ -16,51 +20,82 @@ import gc
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import BinaryIO
 
 import orjson
 
-from runtime.server.index.shard_db import create_bulk_db, write_shard
+from runtime.server.index.shard_db import create_bulk_db, write_shards
+from runtime.server.index.spill import BucketSpill
 from runtime.server.replay.shard import TaskShard
 
-FRAME_HEADER = 4
+FRAME_HEADER = 5
+
+
+def frame(bucket: int, blob: bytes) -> bytes:
+    """The frame header for ``blob`` of ``bucket`` (the parent writes it, then the blob)."""
+    return len(blob).to_bytes(4, "little") + bytes((bucket,))
+
+
+END_OF_INPUT = b"\0\0\0\0"
 
 
 def serve(
-    shard_path: Path, stdin: BinaryIO, indexes: bool = False, base_ns: int = 0
-) -> tuple[dict[str, object], TaskShard]:
-    """Replay the frames and write the shard; returns the summary and the shard
-    (kept alive by the caller so that its teardown can be skipped)."""
+    shard_path: Path, stdin: BinaryIO, indexes: bool = False, base_ns: int = 0, spill: bool = False
+) -> tuple[dict[str, object], list[TaskShard]]:
+    """Replay the frames and write the shard; returns the summary and the shards
+    still held (kept alive by the caller so that their teardown can be skipped)."""
     read = stdin.read
-    shard = TaskShard(base_ns)
+    live = TaskShard(base_ns)
+    spilled = BucketSpill(shard_path) if spill else None
     trace = os.environ.get("HISTORY_INDEX_TRACE") == "1"
     started = time.process_time()
-    while True:
-        header = read(FRAME_HEADER)
-        if len(header) < FRAME_HEADER:
-            break
-        size = int.from_bytes(header, "little")
-        if size == 0:
-            break
-        shard.feed_blob(read(size))
-    if trace:
-        sys.stderr.write(f"worker {shard_path.name}: replayed in {time.process_time() - started:.2f}s cpu\n")
-    conn = create_bulk_db(shard_path)
     try:
-        result = write_shard(conn, shard, indexes=indexes)
+        while True:
+            header = read(FRAME_HEADER)  # the end marker is shorter: stdin closes after it
+            size = int.from_bytes(header[:4], "little")
+            if size == 0 or len(header) < FRAME_HEADER:
+                break
+            bucket = header[4]
+            if spilled is not None:
+                spilled.write(bucket, read(size))
+            else:
+                live.feed_blob(read(size))
         if trace:
-            sys.stderr.write(f"worker {shard_path.name}: written after {time.process_time() - started:.2f}s cpu\n")
+            sys.stderr.write(f"worker {shard_path.name}: read in {time.process_time() - started:.2f}s cpu\n")
+        conn = create_bulk_db(shard_path)
+        try:
+            shards = [live] if spilled is None else _replayed(spilled, base_ns, trace)
+            result = write_shards(conn, shards, indexes=indexes)
+            if trace:
+                sys.stderr.write(f"worker {shard_path.name}: written after {time.process_time() - started:.2f}s cpu\n")
+        finally:
+            conn.close()
     finally:
-        conn.close()
+        if spilled is not None:
+            spilled.remove()
     strays = result.strays
     result.strays = []
     if strays:
         Path(f"{shard_path}.rest").write_bytes(b"\n".join(orjson.dumps(s) for s in strays) + b"\n")
     summary = asdict(result)
     summary["strays"] = len(strays)
-    return summary, shard
+    return summary, [live]
+
+
+def _replayed(spilled: BucketSpill, base_ns: int, trace: bool) -> Iterator[TaskShard]:
+    """One shard per spilled bucket, replayed when asked for; none is referenced
+    here once the next is asked for, so its memory is reused."""
+    for bucket in spilled.finish():
+        shard = TaskShard(base_ns)
+        for blob in spilled.read(bucket):
+            shard.feed_blob(blob)
+        if trace:
+            sys.stderr.write(f"worker {spilled.base.name}: replayed spilled bucket {bucket}\n")
+        yield shard
+        del shard
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -68,9 +103,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("shard_db", type=Path)
     parser.add_argument("--indexes", action="store_true", help="create the task tables' secondary indexes")
     parser.add_argument("--base-ns", type=int, default=0, help="transition encoding base (see TaskTable)")
+    parser.add_argument("--spill", action="store_true", help="replay one bucket at a time from files on disk")
     args = parser.parse_args(argv)
     gc.disable()  # millions of long-lived small containers: collections only cost time
-    summary, _shard = serve(args.shard_db, sys.stdin.buffer, args.indexes, args.base_ns)
+    summary, _shards = serve(args.shard_db, sys.stdin.buffer, args.indexes, args.base_ns, args.spill)
     sys.stdout.buffer.write(orjson.dumps(summary) + b"\n")
     sys.stdout.buffer.flush()
     # Freeing millions of objects one by one is pure cost for a process that ends.

@@ -233,9 +233,6 @@ class TaskRenderer:
             self._extra[text] = value
         return value
 
-    def count_rows(self) -> list[tuple[str, str, str, str, str, int]]:
-        return [(*key, n) for key, n in self.counts.items()]
-
 
 def _strip_ansi(text: str | None) -> str | None:
     """Ray's State API answers error messages without the terminal colour codes."""

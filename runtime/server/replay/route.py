@@ -19,6 +19,10 @@ import orjson
 
 from runtime.server.replay.ids import hex_id
 
+#: The finest routing: one bucket per first hex digit of a task id. ``Router(BUCKETS, ...)``
+#: routes to buckets; bucket ``b`` belongs to shard ``b * shards // BUCKETS``.
+BUCKETS = 16
+
 _KEY = b'"taskId":"'
 _KEY_LEN = len(_KEY)
 _QUOTE = ord('"')
@@ -43,18 +47,18 @@ def shard_of_hex(hex_value: str, shards: int) -> int:
         nibble = int(hex_value[:1], 16)
     except ValueError:
         nibble = hash(hex_value) & 15
-    return nibble * shards // 16
+    return nibble * shards // BUCKETS
 
 
 def _tables(shards: int) -> tuple[list[int], list[int]]:
     b64 = [-1] * 256
     for value, char in enumerate(_B64):
-        b64[char] = (value >> 2) * shards // 16
+        b64[char] = (value >> 2) * shards // BUCKETS
     for char, value in _URLSAFE.items():
-        b64[char] = (value >> 2) * shards // 16
+        b64[char] = (value >> 2) * shards // BUCKETS
     hexa = [-1] * 256
     for char in b"0123456789abcdefABCDEF":
-        hexa[char] = int(chr(char), 16) * shards // 16
+        hexa[char] = int(chr(char), 16) * shards // BUCKETS
     return b64, hexa
 
 

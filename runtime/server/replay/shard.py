@@ -1,7 +1,7 @@
 """A task shard: replays the task events of one id range and renders their rows.
 
 Used in-process for small sessions and by the :mod:`runtime.server.index.worker`
-subprocesses for big ones; :func:`runtime.server.index.shard_db.write_shard`
+subprocesses for big ones; :func:`runtime.server.index.shard_db.write_shards`
 writes what it rendered. Pure: no file, no database.
 """
 
@@ -26,6 +26,20 @@ class ShardResult:
     profile_events: int = 0
     last_ms: int = 0  # the latest task transition (0: none)
     strays: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, other: ShardResult) -> None:
+        """Fold in the result of another part of the same id range (a spilled
+        worker replays its range one bucket at a time)."""
+        self.events += other.events
+        self.duplicate_events += other.duplicate_events
+        self.bad_lines += other.bad_lines
+        self.bad_events += other.bad_events
+        for name, n in other.by_type.items():
+            self.by_type[name] = self.by_type.get(name, 0) + n
+        self.tasks += other.tasks
+        self.profile_events += other.profile_events
+        self.last_ms = max(self.last_ms, other.last_ms)
+        self.strays.extend(other.strays)
 
 
 class TaskShard:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import logging
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -76,13 +78,27 @@ def test_session_a(store: ObjectStore, sample: StoredSample, tmp_path: Path) -> 
     assert not Path(f"{out}-wal").exists() or Path(f"{out}-wal").stat().st_size == 0
 
 
-def test_parallel_build_equals_in_process_build(store: ObjectStore, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("processes", "spill"), [(2, False), (2, True), (3, True)])
+def test_parallel_build_equals_in_process_build(  # noqa: PLR0917 - pytest fixtures and parameters
+    store: ObjectStore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    processes: int,
+    spill: bool,
+) -> None:
+    """Workers that replay their whole range live, or spill it to disk and replay
+    it one bucket at a time, write exactly what the in-process build writes."""
     cluster = ClusterRef("default", "synth")
     synth = write_synthetic_session(store, LAYOUT, cluster, n_tasks=3000, n_nodes=3)
     inline, parallel = tmp_path / "inline.sqlite", tmp_path / "parallel.sqlite"
     one = build(store, synth, inline, processes=0)
-    two = build(store, synth, parallel, processes=2)
-    assert (one.processes, two.processes) == (0, 2)
+    if spill:
+        monkeypatch.setattr("runtime.server.index.build.SPILL_ABOVE_BYTES", 0)
+    monkeypatch.setenv("HISTORY_INDEX_TRACE", "1")  # workers say how they replayed
+    with caplog.at_level(logging.DEBUG, logger="runtime.server.index.build"):
+        two = build(store, synth, parallel, processes=processes)
+    assert (one.processes, two.processes) == (0, processes)
     ignore = {"seconds", "processes"}
     assert {k: v for k, v in dataclasses.asdict(one).items() if k not in ignore} == {
         k: v for k, v in dataclasses.asdict(two).items() if k not in ignore
@@ -100,6 +116,9 @@ def test_parallel_build_equals_in_process_build(store: ObjectStore, tmp_path: Pa
         sql = f"SELECT * FROM {table} ORDER BY {order}"  # noqa: S608 - test constants
         assert rows(inline, sql) == rows(parallel, sql), table
     assert not list(tmp_path.glob("parallel.sqlite.shard*"))
+    assert not list(tmp_path.glob("*.zst"))
+    replayed = sorted(int(n) for n in re.findall(r"replayed spilled bucket (\d+)", caplog.text))
+    assert replayed == (list(range(16)) if spill else [])
 
 
 def test_synthetic_session_is_indexed_as_generated(store: ObjectStore, tmp_path: Path) -> None:
