@@ -46,8 +46,8 @@ class WorkerError(RuntimeError):
 
 class WorkerPool:
     def __init__(self, shard_paths: list[Path], base_ns: int = 0, queue_frames: int = 8, spill: bool = False) -> None:
-        """``spill``: workers keep their input on disk and replay it one bucket at a
-        time (:mod:`runtime.server.index.spill`)."""
+        """``spill``: workers replay the first bucket of their range as it arrives,
+        keep the others on disk and replay them one at a time (:mod:`runtime.server.index.spill`)."""
         self.shard_paths = shard_paths
         env = python_env()
         self._procs: list[subprocess.Popen[bytes]] = []
@@ -61,7 +61,7 @@ class WorkerPool:
             proc = subprocess.Popen(  # noqa: S603 - our own module, our interpreter
                 [sys.executable, "-m", "runtime.server.index.worker", str(path), f"--base-ns={base_ns}"]
                 + (["--indexes"] if not n else [])
-                + (["--spill"] if spill else []),
+                + ([f"--spill={self._worker_of.index(n)}"] if spill else []),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,

@@ -1,13 +1,15 @@
-"""Task-shard worker: ``python -m runtime.server.index.worker SHARD_DB [--indexes] [--base-ns N] [--spill]``.
+"""Task-shard worker: ``python -m runtime.server.index.worker SHARD_DB [--indexes] [--base-ns N] [--spill B]``.
 
 Reads frames from stdin (4-byte little-endian length, one byte naming the frame's
 bucket (:data:`~runtime.server.replay.route.BUCKETS`), then that many bytes of JSON
 lines; a zero length ends the input), replays them as
 :class:`~runtime.server.replay.shard.TaskShard` s, writes the rows into a fresh
 SQLite file ``SHARD_DB`` and prints one JSON line with its counters on stdout.
-Without ``--spill`` the whole range is replayed as it arrives; with it, frames are
-kept on disk per bucket (:mod:`runtime.server.index.spill`) and replayed one
-bucket at a time after the input ends, so memory holds one bucket's tasks.
+Without ``--spill`` the whole range is replayed as it arrives. With ``--spill B``
+bucket ``B`` (the range's first) is still replayed as it arrives, using the CPU the
+builder's routing leaves free, and the other buckets' frames are kept on disk
+(:mod:`runtime.server.index.spill`) and replayed one at a time after the input
+ends, so memory holds one bucket's tasks.
 Events that are not task events go to ``SHARD_DB.rest`` (JSON lines) for the
 parent. A plain subprocess of our interpreter, like the whole-build child
 (:mod:`runtime.server.index.child`) that may be the one starting it.
@@ -22,6 +24,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
+from itertools import chain
 from pathlib import Path
 from typing import BinaryIO
 
@@ -43,13 +46,14 @@ END_OF_INPUT = b"\0\0\0\0"
 
 
 def serve(
-    shard_path: Path, stdin: BinaryIO, indexes: bool = False, base_ns: int = 0, spill: bool = False
+    shard_path: Path, stdin: BinaryIO, indexes: bool = False, base_ns: int = 0, spill: int | None = None
 ) -> tuple[dict[str, object], list[TaskShard]]:
     """Replay the frames and write the shard; returns the summary and the shards
-    still held (kept alive by the caller so that their teardown can be skipped)."""
+    still held (kept alive by the caller so that their teardown can be skipped).
+    ``spill``: None, or the bucket replayed live while the others are spilled."""
     read = stdin.read
     live = TaskShard(base_ns)
-    spilled = BucketSpill(shard_path) if spill else None
+    spilled = BucketSpill(shard_path) if spill is not None else None
     trace = os.environ.get("HISTORY_INDEX_TRACE") == "1"
     started = time.process_time()
     try:
@@ -59,7 +63,7 @@ def serve(
             if size == 0 or len(header) < FRAME_HEADER:
                 break
             bucket = header[4]
-            if spilled is not None:
+            if spilled is not None and bucket != spill:
                 spilled.write(bucket, read(size))
             else:
                 live.feed_blob(read(size))
@@ -67,7 +71,11 @@ def serve(
             sys.stderr.write(f"worker {shard_path.name}: read in {time.process_time() - started:.2f}s cpu\n")
         conn = create_bulk_db(shard_path)
         try:
-            shards = [live] if spilled is None else _replayed(spilled, base_ns, trace)
+            # Kept (no teardown) when it is all; else freed once written, like every bucket.
+            kept = [live] if spilled is None else []
+            # The live bucket is the range's first: the shards stay in key order.
+            shards = kept if spilled is None else chain([live], _replayed(spilled, base_ns, trace))
+            del live
             result = write_shards(conn, shards, indexes=indexes)
             if trace:
                 sys.stderr.write(f"worker {shard_path.name}: written after {time.process_time() - started:.2f}s cpu\n")
@@ -82,7 +90,7 @@ def serve(
         Path(f"{shard_path}.rest").write_bytes(b"\n".join(orjson.dumps(s) for s in strays) + b"\n")
     summary = asdict(result)
     summary["strays"] = len(strays)
-    return summary, [live]
+    return summary, kept
 
 
 def _replayed(spilled: BucketSpill, base_ns: int, trace: bool) -> Iterator[TaskShard]:
@@ -103,7 +111,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("shard_db", type=Path)
     parser.add_argument("--indexes", action="store_true", help="create the task tables' secondary indexes")
     parser.add_argument("--base-ns", type=int, default=0, help="transition encoding base (see TaskTable)")
-    parser.add_argument("--spill", action="store_true", help="replay one bucket at a time from files on disk")
+    parser.add_argument(
+        "--spill", type=int, metavar="BUCKET", help="replay BUCKET live, the others one at a time from files on disk"
+    )
     args = parser.parse_args(argv)
     gc.disable()  # millions of long-lived small containers: collections only cost time
     summary, _shards = serve(args.shard_db, sys.stdin.buffer, args.indexes, args.base_ns, args.spill)
