@@ -34,9 +34,10 @@ LOG_ALLOWANCE_BYTES = 512 * 2**20
 #: log object): CPU-bound, one build per request thread. One guaranteed CPU keeps a
 #: build inside --build-timeout; the 2-CPU limit lets other requests be served while a
 #: build runs. A large build forks one parse process per CPU of the limit (the server
-#: reads the cgroup quota, not the node's cores) and needs ~1.7 KB per task attempt in
-#: all: a 1,000,000-task build measured 1.6 GiB (builder 0.36 + 2 x 0.76) beside the
-#: server's ~0.1; 3 Gi leaves room for bigger sessions, 1 Gi is requested.
+#: reads the cgroup quota, not the node's cores); each replays a sixteenth of the
+#: session at a time: a 1,000,000-task build measured 0.65 GiB (builder 0.35 + 2 x 0.3)
+#: beside the server's ~0.1. 3 Gi leaves room for ten times bigger sessions or more
+#: CPUs (~1.5 KB per attempt of a sixteenth, per CPU), 1 Gi is requested.
 DEFAULT_SERVER_RESOURCES: dict[str, dict[str, str]] = {
     "requests": {"cpu": "1", "memory": "1Gi"},
     "limits": {"cpu": "2", "memory": "3Gi"},

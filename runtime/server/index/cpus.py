@@ -78,6 +78,7 @@ def killed_hint(returncode: int | None, root: Path = CGROUP_ROOT) -> str:
     within = f" of the container's {limit / 2**30:.1f} GiB" if limit else ""
     return (
         f"; it was killed (SIGKILL), most likely out of memory{within}: an index build needs about "
-        "1.7 KB per task attempt (1.7 GiB at 1,000,000 tasks), so raise the server container's "
+        "0.4 GiB, plus per CPU 0.1 GiB and 1.5 KB per task attempt of a sixteenth of the session "
+        "(0.65 GiB for 1,000,000 tasks on 2 CPUs), so raise the server container's "
         "memory limit (resources.limits.memory; HistoryServerArgs.resources in the Pulumi components)"
     )
