@@ -4,7 +4,9 @@ quickstart, the Pulumi sidecar helper and the test harness."""
 
 from __future__ import annotations
 
-#: The types KubeRay's operator exposes, plus the profile events.
+#: The types KubeRay's operator exposes, plus the profile events and worker deaths
+#: (the GCS fails the tasks of a dead worker without a task event:
+#: runtime.server.replay.task_failures).
 EXPOSED_EVENT_TYPES = ",".join(
     [
         "TASK_DEFINITION_EVENT",
@@ -17,6 +19,7 @@ EXPOSED_EVENT_TYPES = ",".join(
         "ACTOR_LIFECYCLE_EVENT",
         "NODE_DEFINITION_EVENT",
         "NODE_LIFECYCLE_EVENT",
+        "WORKER_LIFECYCLE_EVENT",
     ]
 )
 

@@ -259,12 +259,12 @@ class _Build:
             raise RuntimeError("no in-process task shard")
         conn = create_bulk_db(self.out_path)
         try:
-            return write_shards(conn, [shard], indexes=True)
+            return write_shards(conn, [shard], indexes=True, failures=self.replay.failure_context())
         finally:
             conn.close()
 
     def _collect(self, pool: WorkerPool) -> list[ShardResult]:
-        summaries = pool.finish()
+        summaries = pool.finish(self.replay.failure_context())
         for trace in pool.traces():
             if trace:
                 logger.debug("%s", trace.strip())

@@ -24,8 +24,9 @@ import orjson
 import runtime
 from runtime.server.index.cpus import killed_hint
 from runtime.server.index.spill import remove_spill_files
-from runtime.server.index.worker import END_OF_INPUT, frame
+from runtime.server.index.worker import CONTEXT, END_OF_INPUT, frame
 from runtime.server.replay.route import BUCKETS
+from runtime.server.replay.task_failures import FailureContext
 
 logger = logging.getLogger(__name__)
 
@@ -101,9 +102,13 @@ class WorkerPool:
             raise WorkerError(f"a shard worker stopped reading: {self._errors[0]}")
         self._queues[self._worker_of[bucket]].put((bucket, blob))
 
-    def finish(self, timeout: float | None = None) -> list[dict[str, Any]]:
-        """End the inputs, wait for every worker, return their summaries."""
+    def finish(self, failures: FailureContext | None = None, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Send ``failures`` (what the renderers need of the rest of the session), end
+        the inputs, wait for every worker, return their summaries."""
+        context = failures.to_json() if failures is not None else None
         for frames in self._queues:
+            if context is not None:
+                frames.put((CONTEXT, context))
             frames.put(None)
         for thread in self._threads:
             thread.join(timeout)

@@ -24,13 +24,16 @@ Conventions every writer and reader relies on:
   (``task_log_info``, ``profiling_data``) instead of columns of its own: a log
   lookup unpacks one row, the timeline at most 10,000 (schema 4; the columns cost
   a third of the file).
+* a task without a terminal state whose worker died or whose job finished is
+  stored FAILED as the GCS shows it (:mod:`runtime.server.replay.task_failures`;
+  schema 5).
 """
 
 from __future__ import annotations
 
 #: Bump whenever the schema or the meaning of a column changes: indexes built by an
 #: older version are rebuilt rather than misread.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 DDL = """
 PRAGMA journal_mode = WAL;

@@ -23,6 +23,7 @@ from runtime.server.index import schema
 from runtime.server.replay.pack import DICT_ROWS, make_dict, packer
 from runtime.server.replay.render_tasks import BRIEF, EXTRA, INSERT_TASK, INSERT_TASK_COUNT, TaskRow
 from runtime.server.replay.shard import ShardResult, TaskShard
+from runtime.server.replay.task_failures import FailureContext
 
 logger = logging.getLogger(__name__)
 
@@ -65,18 +66,24 @@ def create_bulk_db(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def write_shards(conn: sqlite3.Connection, shards: Iterable[TaskShard], indexes: bool = False) -> ShardResult:
+def write_shards(
+    conn: sqlite3.Connection,
+    shards: Iterable[TaskShard],
+    indexes: bool = False,
+    failures: FailureContext | None = None,
+) -> ShardResult:
     """Insert the rows of ``shards`` (consecutive id ranges, in ascending order; one
     transaction); the tables must exist. Each shard is rendered and released before
     the next is taken, so a lazy iterable holds one in memory at a time. With
     ``indexes`` the task tables' secondary indexes are created afterwards (the
-    shard whose file becomes the index does it, in parallel with the others)."""
+    shard whose file becomes the index does it, in parallel with the others).
+    ``failures``: dead workers and finished jobs (:mod:`runtime.server.replay.task_failures`)."""
     result = ShardResult()
     counts: Counter[tuple[str, str, str, str, str]] = Counter()
     packers: dict[int, Callable[[bytes], bytes]] = {}
     conn.execute("BEGIN")
     for shard in shards:
-        renderer = shard.renderer()
+        renderer = shard.renderer(failures)
         conn.executemany(INSERT_TASK, _packed(conn, packers, renderer.rows(ordered=True)))
         counts.update(renderer.counts)
         result.add(shard.result(renderer))

@@ -2,7 +2,9 @@
 
 Reads frames from stdin (4-byte little-endian length, one byte naming the frame's
 bucket (:data:`~runtime.server.replay.route.BUCKETS`), then that many bytes of JSON
-lines; a zero length ends the input), replays them as
+lines; bucket :data:`CONTEXT` instead carries the session's
+:class:`~runtime.server.replay.task_failures.FailureContext`, sent last; a zero
+length ends the input), replays them as
 :class:`~runtime.server.replay.shard.TaskShard` s, writes the rows into a fresh
 SQLite file ``SHARD_DB`` and prints one JSON line with its counters on stdout.
 Without ``--spill`` the whole range is replayed as it arrives. With ``--spill B``
@@ -33,8 +35,11 @@ import orjson
 from runtime.server.index.shard_db import create_bulk_db, write_shards
 from runtime.server.index.spill import BucketSpill
 from runtime.server.replay.shard import TaskShard
+from runtime.server.replay.task_failures import FailureContext
 
 FRAME_HEADER = 5
+#: The bucket number of the frame that carries the failure context.
+CONTEXT = 255
 
 
 def frame(bucket: int, blob: bytes) -> bytes:
@@ -52,6 +57,7 @@ def serve(
     still held (kept alive by the caller so that their teardown can be skipped).
     ``spill``: None, or the bucket replayed live while the others are spilled."""
     read = stdin.read
+    failures: FailureContext | None = None
     live = TaskShard(base_ns)
     spilled = BucketSpill(shard_path) if spill is not None else None
     trace = os.environ.get("HISTORY_INDEX_TRACE") == "1"
@@ -63,7 +69,9 @@ def serve(
             if size == 0 or len(header) < FRAME_HEADER:
                 break
             bucket = header[4]
-            if spilled is not None and bucket != spill:
+            if bucket == CONTEXT:
+                failures = FailureContext.from_json(read(size))
+            elif spilled is not None and bucket != spill:
                 spilled.write(bucket, read(size))
             else:
                 live.feed_blob(read(size))
@@ -76,7 +84,7 @@ def serve(
             # The live bucket is the range's first: the shards stay in key order.
             shards = kept if spilled is None else chain([live], _replayed(spilled, base_ns, trace))
             del live
-            result = write_shards(conn, shards, indexes=indexes)
+            result = write_shards(conn, shards, indexes=indexes, failures=failures)
             if trace:
                 sys.stderr.write(f"worker {shard_path.name}: written after {time.process_time() - started:.2f}s cpu\n")
         finally:

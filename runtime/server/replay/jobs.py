@@ -89,6 +89,16 @@ class JobTable:
                     job.transitions.add((ns, str(transition.get("state") or "")))
         return True
 
+    def ends_ms(self) -> dict[str, int]:
+        """Hex job id -> end (ms) of each job whose last transition is FINISHED."""
+        ends = {}
+        for job in self.jobs.values():
+            if job.transitions:
+                ns, state = max(job.transitions)
+                if state == "FINISHED":
+                    ends[job.job_id] = ns // 1_000_000
+        return ends
+
     def event_objects(self, node_ips: dict[str, str]) -> dict[str, dict[str, Any]]:
         """Hex job id -> the /api/jobs/ object derived from events alone."""
         return {job.job_id: self._render(job, node_ips) for job in self.jobs.values()}

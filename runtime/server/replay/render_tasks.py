@@ -18,6 +18,7 @@ import orjson
 
 from runtime.server.replay.attempt import STATE_BITS, STATE_MASK, Definition, Profile
 from runtime.server.replay.ids import is_nil
+from runtime.server.replay.task_failures import FailureContext, GcsFailure
 from runtime.server.replay.tasks import TaskTable
 
 Fragment = orjson.Fragment
@@ -45,8 +46,11 @@ BRIEF, EXTRA = 15, 16
 class TaskRenderer:
     """Renders attempts; keeps the per-filter-column counts for ``task_counts``."""
 
-    def __init__(self, table: TaskTable) -> None:
+    def __init__(self, table: TaskTable, failures: FailureContext | None = None) -> None:
+        """``failures``: dead workers and finished jobs, for the GCS's failure rules
+        (:mod:`runtime.server.replay.task_failures`); None applies none."""
         self._table = table
+        self._failures = failures
         self._frags: dict[bytes, orjson.Fragment] = {}
         self._extra: dict[str, object] = {"{}": {}, "": {}}
         self._heads: dict[tuple[Any, ...], bytes] = {}
@@ -73,14 +77,22 @@ class TaskRenderer:
         counts = self.counts
         dumps = orjson.dumps
         top = 0
+        failures = self._failures
+        failed = names.index("FAILED")
         for task_id, attempt, st in self._table.attempts(ordered):
             d = st.definition
-            codes = st.transitions
+            codes = sorted(st.transitions) if st.transitions else None
+            err = st.error
+            if failures is not None and not (codes and kinds[codes[-1] & STATE_MASK] == _ENDED):
+                gcs = _gcs_failure(codes, kinds, st.worker, (d.job if d is not None else "") or st.job, failures)
+                if gcs is not None:
+                    codes = [*(codes or ()), ((gcs.ms * 1_000_000 - base) << STATE_BITS) | failed]
+                    codes.sort()
+                    err = (gcs.error_type, gcs.message)
             state = ""
             creation = start = end = None
             events = "[]"
             if codes:
-                codes = sorted(codes)
                 parts = []
                 for code in codes:
                     low = code & STATE_MASK
@@ -112,7 +124,7 @@ class TaskRenderer:
                 head, tail = _NO_DEF_HEAD, _NO_DEF_TAIL
             if not actor and task_type == "ACTOR_CREATION_TASK" and len(task_id) == 48:
                 actor = task_id[16:]  # creation task id = 8 nil bytes + actor id
-            node, worker, pid, err = st.node, st.worker, st.pid, st.error
+            node, worker, pid = st.node, st.worker, st.pid
             brief = dumps(
                 {
                     "task_id": task_id,
@@ -232,6 +244,15 @@ class TaskRenderer:
         if len(self._extra) < 4096:
             self._extra[text] = value
         return value
+
+
+def _gcs_failure(
+    codes: list[int] | None, kinds: list[int], worker: str, job: str, failures: FailureContext
+) -> GcsFailure | None:
+    """The GCS's failure of an attempt without a terminal transition (sorted ``codes``)."""
+    if codes and any(kinds[code & STATE_MASK] == _ENDED for code in codes):
+        return None
+    return failures.failure(worker, job)
 
 
 def _strip_ansi(text: str | None) -> str | None:

@@ -18,6 +18,7 @@ from runtime.server.replay.ended import LastMoment
 from runtime.server.replay.ids import IdCache
 from runtime.server.replay.jobs import JobTable
 from runtime.server.replay.nodes import NodeTable
+from runtime.server.replay.task_failures import FailureContext, WorkerDeaths
 from runtime.server.replay.tasks import TaskTable
 from runtime.server.replay.timestamps import ts_ns
 from runtime.storage.layout import session_created_at
@@ -54,6 +55,7 @@ class SessionReplay:
         self.actors = ActorTable(self.ids)
         self.jobs = JobTable(self.ids)
         self.nodes = NodeTable(self.ids)
+        self.workers = WorkerDeaths(self.ids)
         self.counters = ReplayCounters()
         #: the latest envelope time of the events that are not task events (task
         #: events, nearly all, are timed by their transitions: TaskRenderer.last_ns)
@@ -76,10 +78,15 @@ class SessionReplay:
             "DRIVER_JOB_LIFECYCLE_EVENT": ("driverJobLifecycleEvent", self.jobs.lifecycle),
             "NODE_DEFINITION_EVENT": ("nodeDefinitionEvent", self.nodes.definition),
             "NODE_LIFECYCLE_EVENT": ("nodeLifecycleEvent", self.nodes.lifecycle),
+            "WORKER_LIFECYCLE_EVENT": ("workerLifecycleEvent", self.workers.lifecycle),
         }
         if tasks_only:
             self._handlers.clear()
         self._tasks_only = tasks_only
+
+    def failure_context(self) -> FailureContext:
+        """Dead workers and finished jobs: what the GCS's task failure rules need."""
+        return FailureContext(dict(self.workers.deaths), self.jobs.ends_ms())
 
     def feed(self, items: Iterable[object]) -> None:
         """Apply decoded events (anything that is not an event object counts as bad)."""

@@ -13,6 +13,7 @@ from typing import Any
 from runtime.server.replay.decode import decode_events
 from runtime.server.replay.render_tasks import TaskRenderer
 from runtime.server.replay.session import SessionReplay
+from runtime.server.replay.task_failures import FailureContext
 
 
 @dataclass
@@ -57,9 +58,10 @@ class TaskShard:
         self.bad_lines += result.bad_lines
         self.replay.feed(result.items)
 
-    def renderer(self) -> TaskRenderer:
-        """The rows of every replayed task (rendered lazily, as they are consumed)."""
-        return TaskRenderer(self.replay.tasks)
+    def renderer(self, failures: FailureContext | None = None) -> TaskRenderer:
+        """The rows of every replayed task (rendered lazily, as they are consumed);
+        ``failures``: what the GCS's task failure rules need of the rest of the session."""
+        return TaskRenderer(self.replay.tasks, failures)
 
     def result(self, renderer: TaskRenderer) -> ShardResult:
         """The counters, once ``renderer``'s rows have all been consumed (it counts

@@ -68,8 +68,8 @@ def test_duplicate_event_ids_are_dropped_and_counted() -> None:
 
 def test_unknown_types_are_counted_not_errors() -> None:
     replay = SessionReplay()
-    replay.feed([{"eventId": "w", "eventType": "WORKER_LIFECYCLE_EVENT", "workerLifecycleEvent": {}}])
-    assert replay.counters.by_type == {"WORKER_LIFECYCLE_EVENT": 1} and replay.counters.bad_events == 0
+    replay.feed([{"eventId": "w", "eventType": "WORKER_DEFINITION_EVENT", "workerDefinitionEvent": {}}])
+    assert replay.counters.by_type == {"WORKER_DEFINITION_EVENT": 1} and replay.counters.bad_events == 0
 
 
 def test_task_shard_sets_other_events_aside() -> None:
