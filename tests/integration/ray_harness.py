@@ -164,10 +164,12 @@ class RayHead:
         return status
 
     def stop(self) -> None:
+        """Ctrl-C, as in a terminal: ``ray start --block`` stops its node within ~2 s
+        on SIGINT, while on SIGTERM it waited ~30 s (measured here) before exiting."""
         if self._proc is None:
             return
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self._proc.pid, signal.SIGTERM)
+            os.killpg(self._proc.pid, signal.SIGINT)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(timeout=30)
         # Whatever --block did not reap (raylet, workers, dashboard) goes too.
