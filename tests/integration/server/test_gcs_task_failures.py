@@ -25,6 +25,7 @@ from tests.integration.server.harness import HistoryServerProcess
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.slow,  # the GCS's job rule fires 15 s after the driver exits
     pytest.mark.skipif(not ray_available(), reason="ray 2.60 is not installed in this environment"),
     pytest.mark.timeout(360),
 ]
