@@ -280,15 +280,17 @@ class _Build:
 
     def _count(self, results: list[ShardResult]) -> None:
         stats, counters = self.stats, self.replay.counters
+        shards = ShardResult()
         for result in results:
-            self.tasks_last_ms = max(self.tasks_last_ms, result.last_ms)
-            stats.events += result.events
-            stats.duplicate_events += result.duplicate_events
-            stats.bad_lines += result.bad_lines
-            stats.bad_events += result.bad_events
-            stats.tasks += result.tasks
-            stats.profile_events += result.profile_events
-            counters.by_type.update(result.by_type)
+            shards.add(result)
+        self.tasks_last_ms = shards.last_ms
+        stats.events += shards.events
+        stats.duplicate_events += shards.duplicate_events
+        stats.bad_lines += shards.bad_lines
+        stats.bad_events += shards.bad_events
+        stats.tasks += shards.tasks
+        stats.profile_events += shards.profile_events
+        counters.by_type.update(shards.by_type)
         stats.events += counters.events
         stats.duplicate_events += counters.duplicate_events
         stats.bad_events += counters.bad_events

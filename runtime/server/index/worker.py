@@ -24,7 +24,7 @@ import gc
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from itertools import chain
 from pathlib import Path
@@ -56,34 +56,22 @@ def serve(
     """Replay the frames and write the shard; returns the summary and the shards
     still held (kept alive by the caller so that their teardown can be skipped).
     ``spill``: None, or the bucket replayed live while the others are spilled."""
-    read = stdin.read
-    failures: FailureContext | None = None
     live = TaskShard(base_ns)
     spilled = BucketSpill(shard_path) if spill is not None else None
     trace = os.environ.get("HISTORY_INDEX_TRACE") == "1"
     started = time.process_time()
     try:
-        while True:
-            header = read(FRAME_HEADER)  # the end marker is shorter: stdin closes after it
-            size = int.from_bytes(header[:4], "little")
-            if size == 0 or len(header) < FRAME_HEADER:
-                break
-            bucket = header[4]
-            if bucket == CONTEXT:
-                failures = FailureContext.from_json(read(size))
-            elif spilled is not None and bucket != spill:
-                spilled.write(bucket, read(size))
-            else:
-                live.feed_blob(read(size))
+        failures = _read_frames(stdin, live, spilled, spill)
         if trace:
             sys.stderr.write(f"worker {shard_path.name}: read in {time.process_time() - started:.2f}s cpu\n")
         conn = create_bulk_db(shard_path)
         try:
-            # Kept (no teardown) when it is all; else freed once written, like every bucket.
-            kept = [live] if spilled is None else []
-            # The live bucket is the range's first: the shards stay in key order.
-            shards = kept if spilled is None else chain([live], _replayed(spilled, base_ns, trace))
-            del live
+            shards: Iterable[TaskShard]
+            if spilled is None:
+                kept = shards = [live]  # kept alive: no teardown
+            else:  # the live bucket is the range's first: the shards stay in key order
+                kept, shards = [], chain([live], _replayed(spilled, base_ns, trace))
+            del live  # a spilled build frees each bucket once written
             result = write_shards(conn, shards, indexes=indexes, failures=failures)
             if trace:
                 sys.stderr.write(f"worker {shard_path.name}: written after {time.process_time() - started:.2f}s cpu\n")
@@ -99,6 +87,26 @@ def serve(
     summary = asdict(result)
     summary["strays"] = len(strays)
     return summary, kept
+
+
+def _read_frames(
+    stdin: BinaryIO, live: TaskShard, spilled: BucketSpill | None, spill: int | None
+) -> FailureContext | None:
+    """Feed the input's frames to ``live`` or ``spilled``; the failure context, if sent."""
+    read = stdin.read
+    failures = None
+    while True:
+        header = read(FRAME_HEADER)  # the end marker is shorter: stdin closes after it
+        size = int.from_bytes(header[:4], "little")
+        if size == 0 or len(header) < FRAME_HEADER:
+            return failures
+        bucket = header[4]
+        if bucket == CONTEXT:
+            failures = FailureContext.from_json(read(size))
+        elif spilled is not None and bucket != spill:
+            spilled.write(bucket, read(size))
+        else:
+            live.feed_blob(read(size))
 
 
 def _replayed(spilled: BucketSpill, base_ns: int, trace: bool) -> Iterator[TaskShard]:

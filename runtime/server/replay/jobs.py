@@ -93,10 +93,9 @@ class JobTable:
         """Hex job id -> end (ms) of each job whose last transition is FINISHED."""
         ends = {}
         for job in self.jobs.values():
-            if job.transitions:
-                ns, state = max(job.transitions)
-                if state == "FINISHED":
-                    ends[job.job_id] = ns // 1_000_000
+            ns = _finished_ns(job)
+            if ns is not None:
+                ends[job.job_id] = ns // 1_000_000
         return ends
 
     def event_objects(self, node_ips: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -117,7 +116,7 @@ class JobTable:
         ordered = sorted(job.transitions)
         start = next((ns for ns, state in ordered if state == "CREATED"), None)
         last = ordered[-1][1] if ordered else ""
-        end = ordered[-1][0] if last == "FINISHED" else None
+        end = _finished_ns(job)
         status = str(d.get("status") or "") or ("RUNNING" if last == "CREATED" else "")
         driver_node = self._ids(d.get("driverNodeId")) if d.get("driverNodeId") else None
         obj: dict[str, Any] = {
@@ -144,6 +143,14 @@ class JobTable:
         obj["driver_node_id"] = driver_node
         obj["driver_exit_code"] = d.get("driverExitCode")
         return obj
+
+
+def _finished_ns(job: Job) -> int | None:
+    """When the job finished (ns): its last transition, if that is FINISHED."""
+    if not job.transitions:
+        return None
+    ns, state = max(job.transitions)
+    return ns if state == "FINISHED" else None
 
 
 def _runtime_env(d: dict[str, Any], config: dict[str, Any]) -> dict[str, Any] | None:
