@@ -18,6 +18,15 @@ from runtime.server.replay.ended import LastMoment
 from runtime.server.replay.ids import IdCache
 from runtime.server.replay.jobs import JobTable
 from runtime.server.replay.nodes import NodeTable
+from runtime.server.replay.task_events import (
+    EVENT_TYPES,
+    ActorTaskDefinitionEvent,
+    DefinitionEvent,
+    LifecycleEvent,
+    ProfileEvent,
+    TaskEvent,
+    lifecycle_from_dict,
+)
 from runtime.server.replay.task_failures import FailureContext, WorkerDeaths
 from runtime.server.replay.tasks import TaskTable
 from runtime.server.replay.timestamps import ts_ns
@@ -68,7 +77,7 @@ class SessionReplay:
         self._task_handlers: dict[object, tuple[str, TaskHandler]] = {
             "TASK_DEFINITION_EVENT": ("taskDefinitionEvent", tasks.definition),
             "ACTOR_TASK_DEFINITION_EVENT": ("actorTaskDefinitionEvent", lambda p, m: tasks.definition(p, m, True)),
-            "TASK_LIFECYCLE_EVENT": ("taskLifecycleEvent", tasks.lifecycle),
+            "TASK_LIFECYCLE_EVENT": ("taskLifecycleEvent", lambda p, m: tasks.lifecycle(lifecycle_from_dict(p), m)),
             "TASK_PROFILE_EVENT": ("taskProfileEvents", tasks.profile),
         }
         self._handlers: dict[object, tuple[str, Handler]] = {
@@ -80,6 +89,13 @@ class SessionReplay:
             "NODE_LIFECYCLE_EVENT": ("nodeLifecycleEvent", self.nodes.lifecycle),
             "WORKER_LIFECYCLE_EVENT": ("workerLifecycleEvent", self.workers.lifecycle),
         }
+        #: the same handlers for the typed task events of a shard's fast path
+        self._typed_handlers: dict[type[Any], TaskHandler] = {
+            DefinitionEvent: tasks.definition,
+            ActorTaskDefinitionEvent: lambda p, m: tasks.definition(p, m, True),
+            LifecycleEvent: tasks.lifecycle,  # type: ignore[dict-item]
+            ProfileEvent: tasks.profile,
+        }
         if tasks_only:
             self._handlers.clear()
         self._tasks_only = tasks_only
@@ -87,6 +103,33 @@ class SessionReplay:
     def failure_context(self) -> FailureContext:
         """Dead workers and finished jobs: what the GCS's task failure rules need."""
         return FailureContext(dict(self.workers.deaths), self.jobs.ends_ms())
+
+    def feed_task_events(self, events: list[TaskEvent]) -> None:
+        """Apply task events decoded by :func:`~runtime.server.replay.task_events.decode_task_blob`:
+        the task branch of :meth:`feed`, for typed events."""
+        handlers, names = self._typed_handlers, EVENT_TYPES
+        by_type: Counter[str] = Counter()
+        duplicates = bad = 0
+        for event in events:
+            event_id = event.event_id
+            payload = event.payload
+            kind = type(event)
+            result = (
+                handlers[kind](payload, hash(event_id) if type(event_id) is str else None)  # type: ignore[arg-type]
+                if payload is not None
+                else BAD
+            )
+            if result == DUPLICATE:
+                duplicates += 1
+                continue
+            by_type[names[kind]] += 1
+            if result == BAD:
+                bad += 1
+        counters = self.counters
+        counters.by_type.update(by_type)
+        counters.events += len(events) - duplicates
+        counters.duplicate_events += duplicates
+        counters.bad_events += bad
 
     def feed(self, items: Iterable[object]) -> None:
         """Apply decoded events (anything that is not an event object counts as bad)."""

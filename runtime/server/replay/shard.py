@@ -13,6 +13,7 @@ from typing import Any
 from runtime.server.replay.decode import decode_events
 from runtime.server.replay.render_tasks import TaskRenderer
 from runtime.server.replay.session import SessionReplay
+from runtime.server.replay.task_events import decode_task_blob
 from runtime.server.replay.task_failures import FailureContext
 
 
@@ -53,7 +54,12 @@ class TaskShard:
         self.feed_blob(blob)
 
     def feed_blob(self, blob: bytes) -> None:
-        """JSON lines routed to this shard."""
+        """JSON lines routed to this shard: typed when every line is a task event of
+        the exact shape (nearly always), else decoded the tolerant way."""
+        events = decode_task_blob(blob)
+        if events is not None:
+            self.replay.feed_task_events(events)
+            return
         result = decode_events(blob)
         self.bad_lines += result.bad_lines
         self.replay.feed(result.items)

@@ -37,6 +37,7 @@ from runtime.server.replay.attempt import (
 )
 from runtime.server.replay.definitions import func_name, profile_func, runtime_env_info, snake_keys
 from runtime.server.replay.ids import IdCache, hex_id
+from runtime.server.replay.task_events import LifecyclePayload, Transition
 from runtime.server.replay.timestamps import NANOS_LEN, SECOND_NS, to_int, ts_ns
 
 
@@ -98,17 +99,17 @@ class TaskTable:
         state.name = shared_name
         return APPLIED
 
-    def lifecycle(self, payload: dict[str, Any], marker: int | None = None) -> int:  # noqa: PLR0912, PLR0915
+    def lifecycle(self, payload: LifecyclePayload, marker: int | None = None) -> int:  # noqa: PLR0912, PLR0915
         # The hot path of a replay (three or more per attempt): _attempt, ts_ns and
         # the carried fields are inlined.
-        raw = payload.get("taskId")
+        raw = payload.task_id
         if not raw or type(raw) is not str:
             return BAD
-        transitions = payload.get("stateTransitions")
-        log = payload.get("taskLogInfo")
+        transitions = payload.state_transitions
+        log = payload.task_log_info
         if not transitions and not log:
             return BAD
-        attempt = payload.get("taskAttempt")
+        attempt = payload.task_attempt
         if attempt and type(attempt) is not int:
             attempt = to_int(attempt)
         key = (raw, attempt) if attempt else raw
@@ -124,7 +125,7 @@ class TaskTable:
             else:
                 seen.append(marker)
         if not state.job:
-            job = payload.get("jobId")
+            job = payload.job_id
             if job:
                 state.job = self._ids(job)
         if log and type(log) is dict:
@@ -141,12 +142,12 @@ class TaskTable:
         ns: int | None
         for transition in transitions:
             try:
-                text = transition["timestamp"]
+                text = transition.timestamp
                 if len(text) == NANOS_LEN and text[29] == "Z" and text[19] == ".":
                     ns = seconds[text[:19]] + int(text[20:29])
                 else:
                     ns = ts_ns(text)  # another precision or offset
-                code = state_codes[transition["state"]]
+                code = state_codes[transition.state]
             except (KeyError, TypeError, ValueError, IndexError):
                 ns, code = self._slow_transition(transition)
             if ns is None:
@@ -163,41 +164,40 @@ class TaskTable:
             return APPLIED
         # Carried fields: from the event with the newest transition; null never erases.
         known = self._ids.known
-        value = payload.get("nodeId")
+        value = payload.node_id
         if value and latest >= state.node_ns:
-            state.node = known.get(value) or self._ids(value)
+            state.node = (type(value) is str and known.get(value)) or self._ids(value)
             state.node_ns = latest
-        value = payload.get("workerId")
+        value = payload.worker_id
         if value and latest >= state.worker_ns:
-            state.worker = known.get(value) or self._ids(value)
+            state.worker = (type(value) is str and known.get(value)) or self._ids(value)
             state.worker_ns = latest
-        value = payload.get("workerPid")
+        value = payload.worker_pid
         if value and latest >= state.pid_ns:
             state.pid = value if type(value) is int else to_int(value)
             state.pid_ns = latest
-        if "rayErrorInfo" in payload or "isDebuggerPaused" in payload or "actorReprName" in payload:
+        if payload.ray_error_info is not None or payload.is_debugger_paused is not None or payload.actor_repr_name:
             self._carry_optional(state, payload, latest)  # absent unless set
         return APPLIED
 
-    def _slow_transition(self, transition: object) -> tuple[int | None, int]:
-        if type(transition) is not dict:
-            return None, 0
-        ns = ts_ns(transition.get("timestamp"))
-        code = self._codes.get(transition.get("state"))
+    def _slow_transition(self, transition: Transition) -> tuple[int | None, int]:
+        ns = ts_ns(transition.timestamp)
+        name = transition.state
+        code = self._codes.get(name) if type(name) is str else None
         if code is None:
-            code = self._new_state(transition.get("state"))
+            code = self._new_state(name)
         return ns, code
 
-    def _carry_optional(self, state: Attempt, payload: dict[str, Any], latest: int) -> None:
-        error = payload.get("rayErrorInfo")
+    def _carry_optional(self, state: Attempt, payload: LifecyclePayload, latest: int) -> None:
+        error = payload.ray_error_info
         if error and type(error) is dict and latest >= state.error_ns:
             state.error = (error.get("errorType") or None, str(error.get("errorMessage") or ""))
             state.error_ns = latest
-        paused = payload.get("isDebuggerPaused")
+        paused = payload.is_debugger_paused
         if paused is not None and latest >= state.debugger_ns:
             state.debugger = bool(paused)
             state.debugger_ns = latest
-        repr_name = payload.get("actorReprName")
+        repr_name = payload.actor_repr_name
         if repr_name and latest >= state.repr_ns:
             state.repr_name = str(repr_name)
             state.repr_ns = latest

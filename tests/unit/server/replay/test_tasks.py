@@ -11,6 +11,7 @@ import pytest
 from runtime.server.index.schema import splice_detail
 from runtime.server.replay.render_tasks import BRIEF, EXTRA, TaskRenderer
 from runtime.server.replay.session import SessionReplay, base_ns_for
+from runtime.server.replay.task_events import EVENT_TYPES, decode_task_blob
 from tests.unit.server.replay.events import (
     NODE_HEX,
     TASK_B64,
@@ -25,8 +26,31 @@ from tests.unit.server.replay.events import (
 
 
 def render(events: list[dict[str, Any]], base_ns: int = 0) -> dict[tuple[str, int], dict[str, Any]]:
+    """The rendered tasks, the same whether the task events arrive as dicts or as the
+    typed events of a task shard's fast path."""
     replay = SessionReplay(base_ns=base_ns)
     replay.feed(events)
+    rendered = _rendered(replay)
+    assert _rendered(typed_replay(events, base_ns)) == rendered
+    return rendered
+
+
+def typed_replay(events: list[dict[str, Any]], base_ns: int = 0) -> SessionReplay:
+    """``events`` replayed with the task events decoded by ``decode_task_blob`` when
+    it takes them (their blob falls back to dicts otherwise, as in a shard)."""
+    replay = SessionReplay(base_ns=base_ns)
+    task_types = set(EVENT_TYPES.values())
+    tasks = [e for e in events if e.get("eventType") in task_types]
+    replay.feed(e for e in events if e.get("eventType") not in task_types)
+    typed = decode_task_blob(b"\n".join(orjson.dumps(e) for e in tasks)) if tasks else []
+    if typed is None:
+        replay.feed(tasks)
+    else:
+        replay.feed_task_events(typed)
+    return replay
+
+
+def _rendered(replay: SessionReplay) -> dict[tuple[str, int], dict[str, Any]]:
     rows = TaskRenderer(replay.tasks).rows(ordered=True)
     return {(row[0], row[1]): orjson.loads(splice_detail(row[BRIEF], row[EXTRA])) for row in rows}
 

@@ -1,0 +1,101 @@
+"""The typed fast path of a task shard (msgspec) and its fall back to the tolerant dict path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from runtime.server.replay.render_tasks import TaskRenderer
+from runtime.server.replay.session import SessionReplay
+from runtime.server.replay.shard import TaskShard
+from runtime.server.replay.task_events import (
+    DefinitionEvent,
+    LifecycleEvent,
+    ProfileEvent,
+    Transition,
+    decode_task_blob,
+)
+from tests.unit.server.replay.events import TASK_B64, definition, envelope, executor, lifecycle, owner, ts
+from tests.unit.server.replay.test_tasks import one, typed_replay
+
+
+def blob(*events: dict[str, Any]) -> bytes:
+    return b"\n".join(orjson.dumps(e) for e in events)
+
+
+def test_exact_task_events_are_decoded_typed_skipping_what_no_table_reads() -> None:
+    profile = envelope("TASK_PROFILE_EVENT", "taskProfileEvents", {"taskId": TASK_B64, "profileEvents": {}})
+    events = decode_task_blob(blob(definition(), owner(), profile) + b"\n")
+    assert events is not None
+    assert [type(e) for e in events] == [DefinitionEvent, LifecycleEvent, ProfileEvent]
+    first = events[1].payload
+    assert first is not None
+    assert first.task_id == TASK_B64 and first.worker_pid == 0
+    assert first.state_transitions == [Transition(ts(1), "PENDING_ARGS_AVAIL"), *first.state_transitions[1:]]
+    assert not hasattr(events[1], "session_name")
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        ("another event type", blob(owner(), envelope("NODE_DEFINITION_EVENT", "nodeDefinitionEvent", {}))),
+        ("no event type", blob(owner(), {"taskLifecycleEvent": {"taskId": TASK_B64}})),
+        ("a blank line", blob(owner()) + b"\n\n" + blob(executor())),
+        ("a malformed line", blob(owner()) + b'\n{"eventType": '),
+        ("two objects on a line", blob(owner()) + b"\n" + blob(owner()).replace(b"\n", b"") + b"," + blob(owner())),
+        ("two values on a line", blob(owner()) + b" " + blob(executor())),
+        ("a legacy JSON array", b"[" + blob(owner()) + b"]"),
+        ("a payload that is no object", blob(envelope("TASK_LIFECYCLE_EVENT", "taskLifecycleEvent", [1]))),  # type: ignore[arg-type]
+        ("transitions that are no list", blob(lifecycle(stateTransitions="RUNNING", taskLogInfo={"stdoutFile": "a"}))),
+        ("a transition that is no object", blob(lifecycle(stateTransitions=[["RUNNING", ts(3)]]))),
+        ("a definition that is no object", blob(envelope("TASK_DEFINITION_EVENT", "taskDefinitionEvent", "x"))),  # type: ignore[arg-type]
+        ("nothing", b" \n "),
+    ],
+)
+def test_anything_but_exact_task_events_falls_back_to_dicts(name: str, data: bytes) -> None:
+    assert decode_task_blob(data) is None, name
+
+
+def _shard_outcome(data: bytes) -> tuple[object, ...]:
+    shard = TaskShard()
+    shard.feed_blob(data)
+    counters = shard.replay.counters
+    rows = list(TaskRenderer(shard.replay.tasks).rows(ordered=True))
+    return (counters.events, counters.duplicate_events, counters.bad_events, dict(counters.by_type),
+            shard.bad_lines, shard.replay.strays, rows)  # fmt: skip
+
+
+def test_a_shard_counts_the_same_on_either_path() -> None:
+    """A blob that falls back (it holds a stray) and the same blob's task events on the
+    fast path give the same counts and rows; duplicates and bad payloads included."""
+    stray = envelope("ACTOR_DEFINITION_EVENT", "actorDefinitionEvent", {"taskId": TASK_B64})
+    dup = owner()
+    events = [definition(), dup, dup, executor(), lifecycle(), envelope("TASK_PROFILE_EVENT", "taskProfileEvents", {})]
+    typed = _shard_outcome(blob(*events))
+    fallback = _shard_outcome(blob(*events, stray))
+    assert decode_task_blob(blob(*events)) is not None
+    assert fallback[-2] == [stray]
+    assert typed[:3] == (5, 1, 2)  # the lifecycle event with no transitions and the empty profile are bad
+    assert fallback[:5] == (typed[0] + 0, *typed[1:5])  # the stray is counted by the process it goes to
+    assert fallback[-1] == typed[-1]
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"states": (("FINISHED", ts(20)),), "nodeId": ["x"], "workerId": {"a": 1}},
+        {"stateTransitions": [{"state": ["RUNNING"], "timestamp": ts(3)}, {"timestamp": ts(4)}, 7]},
+        {"stateTransitions": [{"state": "RUNNING", "timestamp": 3}], "workerPid": "12"},
+    ],
+)
+def test_hostile_values_neither_crash_nor_differ_between_paths(odd: dict[str, Any]) -> None:
+    """A list where an id or a state belongs once crashed the replay (unhashable)."""
+    states = odd.pop("states", ())
+    events = [definition(), owner(), lifecycle(states=states, **odd)]
+    task = one(events)  # both paths, compared
+    assert task["state"] == "FINISHED"
+    dicts = SessionReplay()
+    dicts.feed(events)
+    assert len(typed_replay(events).tasks) == len(dicts.tasks) == 1
