@@ -59,7 +59,7 @@ class SessionIndex:
         return {} if raw is None else dict(orjson.loads(raw))
 
     def unpacker(self) -> Unpacker:
-        """Reads ``tasks.brief_json`` / ``extra_json`` back to JSON (each dictionary
+        """Reads ``tasks.extra_json`` back to JSON (each dictionary
         is loaded when a value first needs it)."""
 
         def load(dict_no: int) -> bytes | None:

@@ -14,12 +14,15 @@ Conventions every writer and reader relies on:
 * ``nodes.ended_json`` / ``actors.ended_json``: the object as served once the
   session has ended (DEAD at the session's end); NULL when the events already say
   DEAD (:mod:`runtime.server.replay.ended`);
-* ``tasks.brief_json`` is the task as ``/api/v0/tasks`` returns it without
-  ``detail``; ``tasks.extra_json`` holds only the detail-only fields. The detail
-  form is ``brief[:-1] + b"," + extra[1:]`` (see :func:`splice_detail`). Both are
-  stored packed (:mod:`runtime.server.replay.pack`: a byte naming a ``task_dicts``
-  row, then a zstd frame) or, when packing would not shrink them, plain JSON;
-  read them through :meth:`~runtime.server.index.reader.SessionIndex.unpacker`.
+* the task as ``/api/v0/tasks`` returns it without ``detail`` is rendered from
+  its columns when read (:func:`~runtime.server.replay.render_tasks.brief_json`;
+  schema 6: storing it cost ~7 % of the file and of the build's CPU);
+  ``tasks.extra_json`` holds only the detail-only fields. The detail form is
+  ``brief[:-1] + b"," + extra[1:]`` (see
+  :func:`~runtime.server.replay.render_tasks.splice_detail`). It is stored packed
+  (:mod:`runtime.server.replay.pack`: a byte naming a ``task_dicts`` row, then a
+  zstd frame) or, when packing would not shrink it, plain JSON; read it through
+  :meth:`~runtime.server.index.reader.SessionIndex.unpacker`.
 * what only one task's page or the timeline needs stays inside ``extra_json``
   (``task_log_info``, ``profiling_data``) instead of columns of its own: a log
   lookup unpacks one row, the timeline at most 10,000 (schema 4; the columns cost
@@ -33,7 +36,7 @@ from __future__ import annotations
 
 #: Bump whenever the schema or the meaning of a column changes: indexes built by an
 #: older version are rebuilt rather than misread.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 DDL = """
 PRAGMA journal_mode = WAL;
@@ -60,7 +63,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     creation_ms    INTEGER,
     start_ms       INTEGER,
     end_ms         INTEGER,
-    brief_json     BLOB    NOT NULL,
+    error_type     TEXT,                          -- NULL: none
     extra_json     BLOB    NOT NULL,
     PRIMARY KEY (task_id, attempt)
 ) WITHOUT ROWID;
@@ -165,10 +168,3 @@ META_BUILD_SECONDS = "build_seconds"
 META_SESSION = "session"  # session name
 META_CLUSTER = "cluster"  # JSON {namespace, name, owner_kind, owner_name}
 META_STATS = "stats"  # JSON: files, events, bad_lines, bad_events, by_type, unreadable_files
-
-
-def splice_detail(brief_json: bytes, extra_json: bytes) -> bytes:
-    """The detail form of a task row: the brief object plus the extra fields."""
-    if len(extra_json) <= 2:  # b"{}"
-        return brief_json
-    return brief_json[:-1] + b"," + extra_json[1:]

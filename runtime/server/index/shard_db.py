@@ -16,12 +16,11 @@ import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from itertools import chain
 from pathlib import Path
 
 from runtime.server.index import schema
 from runtime.server.replay.pack import DICT_ROWS, make_dict, packer
-from runtime.server.replay.render_tasks import BRIEF, EXTRA, INSERT_TASK, INSERT_TASK_COUNT, TaskRow
+from runtime.server.replay.render_tasks import EXTRA, INSERT_TASK, INSERT_TASK_COUNT, TaskRow
 from runtime.server.replay.shard import ShardResult, TaskShard
 from runtime.server.replay.task_failures import FailureContext
 
@@ -104,7 +103,7 @@ _DICT_OF = {char: int(char, 16) for char in "0123456789abcdef"}
 def _packed(
     conn: sqlite3.Connection, packers: dict[int, Callable[[bytes], bytes]], rows: Iterator[TaskRow]
 ) -> Iterator[TaskRow]:
-    """The rows (in key order) with brief_json and extra_json packed. Dictionary
+    """The rows (in key order) with extra_json packed. Dictionary
     ``n`` is made of the first rows whose task id starts with hex digit ``n``: task
     shards split ids on those digits, so every build of a session, in-process or
     parallel, packs each row identically. Rows of other ids stay plain. ``packers``
@@ -118,7 +117,7 @@ def _packed(
             current, waiting = dict_no, []
         pack = packers.get(dict_no)
         if pack is not None:
-            yield (*row[:BRIEF], pack(row[BRIEF]), pack(row[EXTRA]))
+            yield (*row[:EXTRA], pack(row[EXTRA]))
         elif dict_no < 0:
             yield row
         else:
@@ -137,11 +136,11 @@ def _pack_waiting(
         return
     pack = packers.get(dict_no)
     if pack is None:
-        dict_data = make_dict(chain.from_iterable((row[BRIEF], row[EXTRA]) for row in waiting))
+        dict_data = make_dict(row[EXTRA] for row in waiting)
         conn.execute("INSERT INTO task_dicts (dict_no, data) VALUES (?, ?)", (dict_no, dict_data))
         pack = packers[dict_no] = packer(dict_no, dict_data)
     for row in waiting:
-        yield (*row[:BRIEF], pack(row[BRIEF]), pack(row[EXTRA]))
+        yield (*row[:EXTRA], pack(row[EXTRA]))
 
 
 def append_shards(conn: sqlite3.Connection, paths: list[Path], unlink: Callable[[Path], None]) -> None:

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 import orjson
 
 from runtime.server.index.reader import SessionIndex
-from runtime.server.index.schema import splice_detail
 from runtime.server.queries.options import TaskQuery
 from runtime.server.queries.tasksql import Counts, TaskSelection
+from runtime.server.replay.render_tasks import BRIEF_COLUMNS, brief_json, splice_detail
 
 
 def state_api_envelope(counts: Counts, result: bytes, warnings: list[str] | None = None) -> bytes:
@@ -34,15 +34,15 @@ def json_array(items: Iterable[bytes]) -> bytes:
 
 def list_tasks(index: SessionIndex, query: TaskQuery) -> bytes:
     """The whole ``/api/v0/tasks`` answer. Rows are never decoded: the brief form is
-    stored (packed) as is, the detail form is the brief bytes with the extra fields
-    spliced in."""
+    rendered from the columns, the detail form is the brief bytes with the stored
+    (packed) extra fields spliced in."""
     selection = TaskSelection(index, query)
     counts = selection.counts()
-    unpack = index.unpacker()
     if query.detail:
-        rows = selection.page("brief_json, extra_json", query.limit)
-        body = json_array(splice_detail(unpack(b), unpack(e)) for b, e in rows)
+        unpack = index.unpacker()
+        rows = selection.page(f"{BRIEF_COLUMNS}, extra_json", query.limit)
+        body = json_array(splice_detail(brief_json(r[:-1]), unpack(r[-1])) for r in rows)
     else:
-        rows = selection.page("brief_json", query.limit)
-        body = json_array(unpack(r[0]) for r in rows)
+        rows = selection.page(BRIEF_COLUMNS, query.limit)
+        body = json_array(brief_json(r) for r in rows)
     return state_api_envelope(counts, body)

@@ -1,6 +1,6 @@
-"""Packing the stored task JSON (``tasks.brief_json`` / ``extra_json``) with zstd.
+"""Packing the stored task JSON (``tasks.extra_json``) with zstd.
 
-A task row's JSON is ~1.8 KB, nearly all of it keys and values its neighbours
+A task's detail-only JSON is ~1.4 KB, nearly all of it keys and values its neighbours
 repeat (runtime env, log paths, ids of one job or node). Compressed one by one with
 a raw-content dictionary made of the first rows of its id range, a row shrinks
 ~10x for ~2 us, and reads back in ~1.5 us (10,000 rows: ~15 ms), so list answers
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 import zstandard
 
-#: A dictionary of at most this many leading rows (brief + extra) of an id range.
+#: A dictionary of at most this many leading rows (their extra_json) of an id range.
 DICT_ROWS = 32
 DICT_MAX_BYTES = 64 * 1024
 _LEVEL = 3  # as fast as level 1 on values this small (~2.5 us each), their bytes 6 % fewer

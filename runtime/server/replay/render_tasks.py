@@ -1,7 +1,8 @@
 """Task attempts as ``tasks`` / ``task_counts`` rows.
 
-``brief_json`` is exactly a ``/api/v0/tasks`` row without ``detail`` and
-``extra_json`` the detail-only fields, in the key order and with the value types
+A ``/api/v0/tasks`` row without ``detail`` is rendered from the columns when read
+(:func:`brief_json`: every one of its fields is a column) and ``extra_json`` holds
+the detail-only fields, in the key order and with the value types
 of Ray 2.60's live answers (a captured one is
 ``tests/fixtures/ray-samples/api/api_v0_tasks_detail=1_limit=100.json``):
 unknown ids, pids and times are ``null``; ``runtime_env_info`` is an object.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -33,14 +34,59 @@ _NO_DEF_TAIL = b',"call_site":null,"label_selector":{},"fallback_strategy":{"opt
 #: Column order of the ``tasks`` table as inserted by the builder.
 TASK_COLUMNS = (
     "task_id, attempt, job_id, actor_id, name, func_name, state, type, parent_task_id, node_id, worker_id, "
-    "worker_pid, creation_ms, start_ms, end_ms, brief_json, extra_json"
+    "worker_pid, creation_ms, start_ms, end_ms, error_type, extra_json"
 )
 INSERT_TASK = f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES ({', '.join('?' * 17)})"  # noqa: S608 - constants
 INSERT_TASK_COUNT = "INSERT INTO task_counts (job_id, state, type, name, func_name, n) VALUES (?, ?, ?, ?, ?, ?)"
 
 TaskRow = tuple[Any, ...]
-#: Positions of the JSON columns in a :data:`TaskRow`.
-BRIEF, EXTRA = 15, 16
+#: Position of the detail-only JSON in a :data:`TaskRow`.
+EXTRA = 16
+#: The columns :func:`brief_json` renders, in the order of its keys.
+BRIEF_COLUMNS = (
+    "task_id, attempt, name, state, job_id, actor_id, type, func_name, parent_task_id, node_id, worker_id, "
+    "worker_pid, error_type"
+)
+_BRIEF_OF_ROW = (0, 1, 4, 6, 2, 3, 7, 5, 8, 9, 10, 11, 15)  # BRIEF_COLUMNS' positions in a TaskRow
+
+
+def brief_json(columns: Sequence[Any]) -> bytes:
+    """The ``/api/v0/tasks`` row (without ``detail``) of the values of :data:`BRIEF_COLUMNS`."""
+    (task_id, attempt, name, state, job, actor, task_type, func, parent, node, worker, pid, error_type) = columns
+    return orjson.dumps(
+        {
+            "task_id": task_id,
+            "attempt_number": attempt,
+            "name": name,
+            "state": state,
+            "job_id": job,
+            "actor_id": actor or None,
+            "type": task_type,
+            "func_or_class_name": func,
+            "parent_task_id": parent,
+            "node_id": node or None,
+            "worker_id": worker or None,
+            "worker_pid": pid or None,
+            "error_type": error_type,
+        }
+    )
+
+
+def row_brief_json(row: TaskRow) -> bytes:
+    """A rendered row's ``/api/v0/tasks`` object."""
+    return brief_json([row[n] for n in _BRIEF_OF_ROW])
+
+
+def detail_json(row: TaskRow) -> bytes:
+    """A rendered row's ``/api/v0/tasks?detail=1`` object (its extra_json not packed)."""
+    return splice_detail(row_brief_json(row), row[EXTRA])
+
+
+def splice_detail(brief: bytes, extra_json: bytes) -> bytes:
+    """The detail form: the brief object with the detail-only fields spliced in."""
+    if len(extra_json) <= 2:  # b"{}"
+        return brief
+    return brief[:-1] + b"," + extra_json[1:]
 
 
 class TaskRenderer:
@@ -125,23 +171,6 @@ class TaskRenderer:
             if not actor and task_type == "ACTOR_CREATION_TASK" and len(task_id) == 48:
                 actor = task_id[16:]  # creation task id = 8 nil bytes + actor id
             node, worker, pid = st.node, st.worker, st.pid
-            brief = dumps(
-                {
-                    "task_id": task_id,
-                    "attempt_number": attempt,
-                    "name": name,
-                    "state": state,
-                    "job_id": job,
-                    "actor_id": actor or None,
-                    "type": task_type,
-                    "func_or_class_name": func,
-                    "parent_task_id": parent,
-                    "node_id": node or None,
-                    "worker_id": worker or None,
-                    "worker_pid": pid or None,
-                    "error_type": err[0] if err is not None else None,
-                }
-            )
             log = st.log
             middle = {
                 "creation_time_ms": None if creation is None else float(creation),
@@ -182,7 +211,7 @@ class TaskRenderer:
                 creation,
                 start,
                 end,
-                brief,
+                err[0] if err is not None else None,
                 extra,
             )
 

@@ -12,12 +12,11 @@ import pytest
 from bench.synth_session import write_synthetic_session
 from runtime.server.index.build import build_index
 from runtime.server.index.reader import SessionIndex
-from runtime.server.index.schema import splice_detail
 from runtime.server.queries.cluster_status import _PENDING_TASK_STATES, _task_demands
 from runtime.server.queries.options import TaskQuery
 from runtime.server.queries.tasks import list_tasks
 from runtime.server.replay.pack import Unpacker, make_dict, packer
-from runtime.server.replay.render_tasks import EXTRA, TaskRenderer
+from runtime.server.replay.render_tasks import BRIEF_COLUMNS, EXTRA, TaskRenderer, brief_json, splice_detail
 from runtime.server.replay.session import SessionReplay
 from runtime.storage.config import StorageConfig, open_store
 from runtime.storage.layout import ClusterRef, KeyLayout
@@ -50,21 +49,28 @@ def test_stored_rows_are_packed_and_read_back_as_rendered(tmp_path: Path) -> Non
     out = tmp_path / "i.sqlite"
     build_index(store, KeyLayout(""), synth.cluster, synth.session, out, processes=2)
     with sqlite3.connect(out) as conn:
-        stored = conn.execute("SELECT task_id, brief_json, extra_json FROM tasks ORDER BY task_id, attempt").fetchall()
+        sql = f"SELECT {BRIEF_COLUMNS}, extra_json FROM tasks ORDER BY task_id, attempt"  # noqa: S608 - constants
+        stored = conn.execute(sql).fetchall()
         dict_nos = [r[0] for r in conn.execute("SELECT dict_no FROM task_dicts ORDER BY 1")]
     assert dict_nos == list(range(16))  # one per first hex digit, whichever shard wrote it
-    packed = [r for r in stored if r[1][0] != ord("{") and r[2][0] != ord("{")]
+    packed = [r for r in stored if r[-1][0] != ord("{")]
     assert len(packed) == len(stored) == 2000
-    assert all(r[1][0] == int(r[0][0], 16) for r in stored)
-    raw = sum(len(b) + len(e) for _, b, e in stored)
+    assert all(r[-1][0] == int(r[0][0], 16) for r in stored)
+    raw = sum(len(r[-1]) for r in stored)
     with SessionIndex(out) as index:
         unpack = index.unpacker()
-        plain = [(unpack(b), unpack(e)) for _, b, e in stored]
+        plain = [(brief_json(r[:-1]), unpack(r[-1])) for r in stored]
         answer = orjson.loads(list_tasks(index, TaskQuery(limit=10_000, detail=True, exclude_driver=False)))
-    assert raw * 5 < sum(len(b) + len(e) for b, e in plain)
+        brief = orjson.loads(list_tasks(index, TaskQuery(limit=10_000, exclude_driver=False)))
+    assert raw * 5 < sum(len(e) for _, e in plain)
     tasks = answer["data"]["result"]["result"]
     assert [orjson.loads(splice_detail(b, e)) for b, e in plain] == tasks
     assert len(tasks) == 2000 and sum(1 for t in tasks if t["task_log_info"]) > 1000
+    # the brief answer is the detail answer without the detail-only fields
+    briefs = brief["data"]["result"]["result"]
+    assert len(briefs) == 2000 and all(len(b) == 13 for b in briefs)
+    assert briefs == [{k: t[k] for k in b} for b, t in zip(briefs, tasks, strict=True)]
+    assert sum(1 for t in tasks if t["error_type"]) == synth.failed
 
 
 def test_pending_demands_read_packed_rows(tmp_path: Path) -> None:
@@ -84,6 +90,6 @@ def test_pending_demands_read_packed_rows(tmp_path: Path) -> None:
     with sqlite3.connect(out) as conn:  # every attempt pending, so every row is read
         conn.execute("UPDATE tasks SET state = ?", (_PENDING_TASK_STATES[0],))
     with SessionIndex(out) as index:
-        assert index.scalar("SELECT COUNT(*) FROM tasks WHERE substr(brief_json, 1, 1) = '{'") == 0
+        assert index.scalar("SELECT COUNT(*) FROM tasks WHERE substr(extra_json, 1, 1) = '{'") == 0
         found = _task_demands(index, ",".join("?" * len(_PENDING_TASK_STATES)))
     assert len(expected) > 1 and dict(found) == expected and found == sorted(found)

@@ -1,6 +1,6 @@
 """Small session indexes built straight from ``schema.DDL`` (no builder needed).
 
-Rows follow the index contract: hex ids, ms times, ``brief_json``/``extra_json`` in
+Rows follow the index contract: hex ids, ms times, ``error_type``/``extra_json`` in
 the shape ``/api/v0/tasks`` answers. ``synthetic_tasks`` also feeds the
 million-task latency check (``python -m tests.unit.server.queries.factory``).
 """
@@ -55,9 +55,9 @@ class Task:
             "type": self.type,
             "func_or_class_name": self.func_name,
             "parent_task_id": self.parent_task_id,
-            "node_id": self.node_id,
-            "worker_id": self.worker_id,
-            "worker_pid": self.worker_pid,
+            "node_id": self.node_id or None,
+            "worker_id": self.worker_id or None,
+            "worker_pid": self.worker_pid or None,
             "error_type": self.error_type,
         }
 
@@ -98,7 +98,7 @@ def create_index(path: Path, *, page_size: int | None = None) -> sqlite3.Connect
 def insert_tasks(conn: sqlite3.Connection, tasks: Iterable[Task]) -> None:
     conn.executemany(
         "INSERT INTO tasks (task_id, attempt, job_id, actor_id, name, func_name, state, type, parent_task_id,"
-        " node_id, worker_id, worker_pid, creation_ms, start_ms, end_ms, brief_json, extra_json)"
+        " node_id, worker_id, worker_pid, creation_ms, start_ms, end_ms, error_type, extra_json)"
         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             (
@@ -117,7 +117,7 @@ def insert_tasks(conn: sqlite3.Connection, tasks: Iterable[Task]) -> None:
                 t.creation_ms,
                 t.start_ms,
                 t.end_ms,
-                orjson.dumps(t.brief()),
+                t.error_type,
                 orjson.dumps(t.extra()),
             )
             for t in tasks

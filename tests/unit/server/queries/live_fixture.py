@@ -47,11 +47,10 @@ def _ms(value: object) -> int | None:
 
 
 def _insert_task(conn: sqlite3.Connection, task: dict[str, Any]) -> None:
-    brief = {k: task[k] for k in BRIEF_FIELDS}
     extra = {k: v for k, v in task.items() if k not in BRIEF_FIELDS}
     conn.execute(
         "INSERT INTO tasks (task_id, attempt, job_id, actor_id, name, func_name, state, type, parent_task_id,"
-        " node_id, worker_id, worker_pid, creation_ms, start_ms, end_ms, brief_json, extra_json)"
+        " node_id, worker_id, worker_pid, creation_ms, start_ms, end_ms, error_type, extra_json)"
         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             task["task_id"],
@@ -69,7 +68,7 @@ def _insert_task(conn: sqlite3.Connection, task: dict[str, Any]) -> None:
             _ms(task["creation_time_ms"]),
             _ms(task["start_time_ms"]),
             _ms(task["end_time_ms"]),
-            orjson.dumps(brief),
+            task["error_type"],
             orjson.dumps(extra),
         ),
     )

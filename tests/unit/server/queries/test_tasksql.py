@@ -106,7 +106,7 @@ def test_plan_uses_the_selective_index(synthetic: tuple[SessionIndex, list[Task]
     job = tasks[20].job_id
     query = parse_task_query(query_args([("job_id", "=", job), ("state", "=", "RUNNING")]))
     selection = TaskSelection(index, query)
-    sql, params = selection.page_sql("brief_json", 100)
+    sql, params = selection.page_sql("task_id", 100)
     plan = " ".join(str(r[-1]) for r in index.rows(f"EXPLAIN QUERY PLAN {sql}", params))
     # RUNNING (2%) is far rarer than one job (10%): walk the state index in order.
     assert "tasks_by_state" in plan
@@ -116,7 +116,7 @@ def test_plan_uses_the_selective_index(synthetic: tuple[SessionIndex, list[Task]
 def test_plan_without_filters_walks_primary_key(synthetic: tuple[SessionIndex, list[Task]]) -> None:
     index, _ = synthetic
     selection = TaskSelection(index, parse_task_query(MultiDict()))
-    sql, params = selection.page_sql("brief_json", 100)
+    sql, params = selection.page_sql("task_id", 100)
     plan = " ".join(str(r[-1]) for r in index.rows(f"EXPLAIN QUERY PLAN {sql}", params))
     assert "TEMP B-TREE" not in plan
     assert selection.access_hint(100) == ""
@@ -126,7 +126,7 @@ def test_task_id_lookup_uses_primary_key(synthetic: tuple[SessionIndex, list[Tas
     index, tasks = synthetic
     query = parse_task_query(query_args([("task_id", "=", tasks[5].task_id)]))
     selection = TaskSelection(index, query)
-    sql, params = selection.page_sql("brief_json", 1)
+    sql, params = selection.page_sql("task_id", 1)
     plan = " ".join(str(r[-1]) for r in index.rows(f"EXPLAIN QUERY PLAN {sql}", params))
     assert "PRIMARY KEY" in plan or "USING INDEX sqlite_autoindex" in plan
 

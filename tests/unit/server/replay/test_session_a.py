@@ -8,9 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from runtime.server.index.schema import splice_detail
 from runtime.server.replay.jobs import merge_jobs, parse_snapshot
-from runtime.server.replay.render_tasks import BRIEF, EXTRA, TaskRenderer
+from runtime.server.replay.render_tasks import TaskRenderer, detail_json, row_brief_json
 from runtime.server.replay.session import SessionReplay
 from tests.support.sample_session import API, SESSION_A, load_events
 
@@ -46,12 +45,12 @@ def test_tasks_match_the_live_state_api(replay: SessionReplay) -> None:
     for task in answer:
         key = (task["task_id"], task["attempt_number"])
         row = rows[key]
-        ours = orjson.loads(splice_detail(row[BRIEF], row[EXTRA]))
+        ours = orjson.loads(detail_json(row))
         expected = {k: v for k, v in task.items() if k != "profiling_data"}  # not exported in session A
         assert ours == expected, key
         assert list(ours) == list(expected)
-        assert orjson.loads(row[BRIEF]) == brief_answer[key]
-        assert list(orjson.loads(row[BRIEF])) == list(brief_answer[key])
+        assert orjson.loads(row_brief_json(row)) == brief_answer[key]
+        assert list(orjson.loads(row_brief_json(row))) == list(brief_answer[key])
 
 
 def test_hidden_internal_jobs_are_kept(replay: SessionReplay) -> None:
