@@ -9,9 +9,12 @@ synthetic session, 0.54 s against 1.27 s).
 
 Only exact shapes are decoded here: the four task event types, each with its payload
 an object. Anything else in a blob (another event type, a payload of another type,
-a malformed or blank line) makes :func:`decode_task_blob` answer None, and the blob
-goes through the tolerant dict path (:mod:`runtime.server.replay.decode`), which
-gives every event the same treatment it always had. The lifecycle handler takes a
+a malformed or blank line, bytes that are not UTF-8) makes :func:`decode_task_blob`
+answer None, and the blob goes through the tolerant dict path
+(:mod:`runtime.server.replay.decode`), which gives every event the same treatment it
+always had. One difference remains: a number beyond a double's range (``1e999``) in a
+field no table reads makes orjson reject the line, while this path skips the field
+and applies the event. The lifecycle handler takes a
 :class:`LifecyclePayload` on both paths (:func:`lifecycle_from_dict` converts a dict
 without checking anything, as the handler checks every field itself).
 """
@@ -92,9 +95,16 @@ def decode_task_blob(blob: bytes) -> list[TaskEvent] | None:
     body = blob.strip(_WHITESPACE)
     if not body or body[:1] == b"[":
         return None
+    if not body.isascii():
+        # msgspec skips the fields it does not read without checking their UTF-8,
+        # which orjson rejects: check it here (a fast scan when it is all ASCII).
+        try:
+            body.decode()
+        except UnicodeDecodeError:
+            return None
     try:
         events = _DECODER.decode_lines(body)
-    except msgspec.MsgspecError:  # DecodeError and ValidationError
+    except (msgspec.MsgspecError, ValueError):  # DecodeError, ValidationError; invalid UTF-8
         return None
     # decode_lines skips blank lines and also splits values on spaces: one value per
     # line or the tolerant path, which skips the one and rejects the other.

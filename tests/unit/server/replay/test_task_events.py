@@ -44,6 +44,9 @@ def test_exact_task_events_are_decoded_typed_skipping_what_no_table_reads() -> N
         ("no event type", blob(owner(), {"taskLifecycleEvent": {"taskId": TASK_B64}})),
         ("a blank line", blob(owner()) + b"\n\n" + blob(executor())),
         ("a malformed line", blob(owner()) + b'\n{"eventType": '),
+        ("invalid UTF-8", blob(owner()) + b"\n" + blob(lifecycle()).replace(b"CORE_WORKER", b"\xff\xfe")),
+        ("an encoded surrogate", blob(owner()) + b"\n" + blob(lifecycle()).replace(b"CORE_WORKER", b"\xed\xa0\x80")),
+        ("a lone surrogate", blob(owner()) + b"\n" + blob(lifecycle()).replace(b"CORE_WORKER", b"\\ud800")),
         ("two objects on a line", blob(owner()) + b"\n" + blob(owner()).replace(b"\n", b"") + b"," + blob(owner())),
         ("two values on a line", blob(owner()) + b" " + blob(executor())),
         ("a legacy JSON array", b"[" + blob(owner()) + b"]"),
@@ -65,6 +68,27 @@ def _shard_outcome(data: bytes) -> tuple[object, ...]:
     rows = list(TaskRenderer(shard.replay.tasks).rows(ordered=True))
     return (counters.events, counters.duplicate_events, counters.bad_events, dict(counters.by_type),
             shard.bad_lines, shard.replay.strays, rows)  # fmt: skip
+
+
+def test_a_line_the_tolerant_path_rejects_is_a_bad_line_not_a_crash() -> None:
+    shard = TaskShard()
+    shard.feed_blob(blob(definition(), owner()) + b"\n" + blob(executor()).replace(b"CORE_WORKER", b"\xff"))
+    assert shard.bad_lines == 1 and shard.replay.counters.events == 2
+    assert len(shard.replay.tasks) == 1
+
+
+def test_non_ascii_utf8_stays_on_the_typed_path() -> None:
+    events = decode_task_blob(blob(definition(name="tâche ✓"), lifecycle(states=(("RUNNING", ts(3)),))))
+    assert events is not None and events[0].payload is not None
+    assert events[0].payload["taskName"] == "tâche ✓"
+
+
+def test_an_out_of_range_number_in_an_unread_field_is_the_one_difference() -> None:
+    """orjson rejects 1e999 wherever it is; the typed path skips fields it does not read."""
+    line = blob(owner()).replace(b'"CORE_WORKER"', b"1e999")
+    assert decode_task_blob(line) is not None
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(line)
 
 
 def test_a_shard_counts_the_same_on_either_path() -> None:
