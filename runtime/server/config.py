@@ -100,6 +100,8 @@ class ServerConfig:
             late uploads (0 = on every request that opens the session).
         build_timeout: upper bound for one cold index build.
         build_wait: how long a request waits for a build before a 503 with its progress.
+        max_builds: builds started by requests that run at once on the cache directory
+            (all gunicorn workers together); more wait, reporting the phase ``queued``.
         index_ahead: index finished sessions in the background (off unless asked for
             here; the command line turns it on unless ``--no-index-ahead``).
         index_ahead_workers: builds run ahead at once on the cache directory.
@@ -138,6 +140,7 @@ class ServerConfig:
     freshness_seconds: float = DEFAULT_FRESHNESS_SECONDS
     build_timeout: float = 900.0
     build_wait: float = DEFAULT_BUILD_WAIT
+    max_builds: int = 2
     index_ahead: bool = False
     index_ahead_workers: int = 1
     index_ahead_max_age: float = DEFAULT_INDEX_AHEAD_MAX_AGE

@@ -55,6 +55,12 @@ class ServerMetrics:
             registry=r,
             multiprocess_mode="livesum",
         )
+        self.builds_queued = Gauge(
+            "historyserver_index_builds_queued",
+            "Index builds started by requests that wait for one of --max-builds slots.",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self.building_answers = Counter(
             "historyserver_index_building_responses_total",
             "Requests answered 503 with the progress of the index build they would have waited for.",

@@ -252,6 +252,7 @@ def config_from_args(
         freshness_seconds=args.freshness_seconds,
         build_timeout=args.build_timeout,
         build_wait=args.build_wait,
+        max_builds=args.max_builds,
         index_ahead=not args.no_index_ahead,  # on by default; --index-ahead only says so
         index_ahead_workers=args.index_ahead_workers,
         index_ahead_max_age=args.index_ahead_max_age,

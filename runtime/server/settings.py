@@ -186,6 +186,11 @@ BUILD_WAIT = Setting(
     "how long a request waits for a session's index build; then 503 with `Retry-After` and the build's progress",
     f"`{DEFAULT_BUILD_WAIT:g}`", group=CACHE,
 )  # fmt: skip
+MAX_BUILDS = Setting(
+    "--max-builds", None, positive_int, 2,
+    "index builds that requests start at once on this cache directory, all gunicorn workers together; "
+    "more wait their turn, answering 503 with the phase `queued` (builds ahead are bounded apart)", group=CACHE,
+)  # fmt: skip
 INDEX_AHEAD = Setting(
     "--index-ahead", None, bool, False,
     "index finished sessions in the background, newest first, before anyone asks (the default)", "on",
@@ -336,7 +341,7 @@ LOG_FORMAT = Setting[str | None](
 
 SETTINGS: tuple[Setting[Any], ...] = (
     HOST, PORT, WORKERS, THREADS, DASHBOARD_DIR, CLUSTERS_LIMIT, SECURE_COOKIES, ALLOWED_HOSTS,
-    CACHE_DIR, CACHE_MAX_SIZE, FRESHNESS, BUILD_TIMEOUT, BUILD_WAIT,
+    CACHE_DIR, CACHE_MAX_SIZE, FRESHNESS, BUILD_TIMEOUT, BUILD_WAIT, MAX_BUILDS,
     INDEX_AHEAD, NO_INDEX_AHEAD, INDEX_AHEAD_WORKERS, INDEX_AHEAD_MAX_AGE, SHARED_INDEX, SHARED_INDEX_CONTAINER,
     LIVE_CLUSTERS, KUBERNETES, KUBECONFIG, KUBECONFIGS, CLUSTER_DOMAIN, PROXY_TIMEOUT, MAX_LIVE_STREAMS,
     AUTH, AUTHZ, AUTHZ_RESOURCE, AUTHZ_POLICY,

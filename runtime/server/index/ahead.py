@@ -23,17 +23,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from runtime.server.index.locks import SLOTS_DIR, slot
 from runtime.storage.layout import ClusterRef
 
 if TYPE_CHECKING:
@@ -129,7 +127,7 @@ class IndexAhead:
     def index_next(self) -> StoredSession | None:
         """Index the newest candidate nobody else here is indexing, if a slot is free;
         returns it (None: nothing to do, or no free slot)."""
-        with self._slot() as free:
+        with slot(Path(self.cache.dir) / SLOTS_DIR, SLOT_PREFIX, self.workers) as free:
             if not free or self._cache_nearly_full():
                 return None
             stored = self._claim()
@@ -221,25 +219,6 @@ class IndexAhead:
         with self._guard:
             failed_at = self._failed.get(_key(stored))
         return failed_at is not None and now - failed_at < FAILED_RETRY_SECONDS
-
-    @contextlib.contextmanager
-    def _slot(self) -> Iterator[bool]:
-        """One of ``workers`` slots on the cache directory, shared by every process."""
-        for n in range(self.workers):
-            path = Path(self.cache.dir) / f"{SLOT_PREFIX}{n}.lock"
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            try:
-                yield True
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
-            return
-        yield False
 
 
 def _key(stored: StoredSession) -> tuple[str, str, str]:

@@ -13,6 +13,10 @@
   listing, remembered for a few seconds when absent), so a cookie naming a made-up
   session costs no lock, no lock file and no table entry: 404 at once. Lock files
   are deleted with their index (and when a build fails or finds nothing).
+* At most ``--max-builds`` builds that requests started run at once on the cache
+  directory (``flock`` slots, :func:`~runtime.server.index.locks.queued_slot`); more
+  wait their turn reporting the phase ``queued``, so many users opening many big
+  sessions share the CPU and memory instead of exhausting them.
 * Builds write a temp file and ``os.replace`` it in, so a reader never sees a
   half-built index, and a request already reading the old file finishes on it.
 * Freshness: at most every ``freshness_seconds`` (tracked by the mtime of a
@@ -45,7 +49,7 @@ from typing import TYPE_CHECKING
 from runtime.server.errors import ApiError, IndexBuildingError
 from runtime.server.index.fingerprint import fingerprints
 from runtime.server.index.jobs import BuildJob, BuildJobs, lower_priority
-from runtime.server.index.locks import KeyedLocks, file_lock, lock_path, remove_lock_file
+from runtime.server.index.locks import SLOTS_DIR, KeyedLocks, file_lock, lock_path, queued_slot, remove_lock_file
 from runtime.server.index.progress import BuildProgress, ProgressFile
 from runtime.server.index.reader import SessionIndex
 from runtime.server.index.schema import (
@@ -78,6 +82,10 @@ ABSENT_MAX = 4096
 FAILED_RETRY_SECONDS = 5.0
 #: What a 503 during a build tells clients to wait before asking again.
 BUILDING_RETRY_AFTER = 2
+#: The lock files of the ``--max-builds`` slots in the cache directory.
+BUILD_SLOT_PREFIX = "build-slot-"
+#: The phase of a build waiting for a slot.
+QUEUED = "queued"
 
 
 class IndexCache:
@@ -183,11 +191,13 @@ class IndexCache:
         with self._locks.hold(str(path)), file_lock(path, on_contended=job.waiting_elsewhere):
             job.building_here()
             try:
-                self._ensure_locked(cluster, session, path, job.progress)
+                self._ensure_locked(cluster, session, path, job.progress, ahead)
             finally:
                 job.progress.remove()  # before the lock goes: a file present means a build under way
 
-    def _ensure_locked(self, cluster: ClusterRef, session: str, path: Path, progress: ProgressFile) -> Path:
+    def _ensure_locked(
+        self, cluster: ClusterRef, session: str, path: Path, progress: ProgressFile, ahead: bool = False
+    ) -> Path:
         usable = _schema_ok(path)
         if usable and not self._check_due(path):
             self.metrics.cache_requests.labels("hit").inc()  # another worker just built or checked it
@@ -219,7 +229,12 @@ class IndexCache:
             self.metrics.cache_requests.labels("downloaded").inc()
         else:
             self.metrics.cache_requests.labels("miss").inc()
-            self._build(cluster, session, path, listing, progress)
+            with contextlib.ExitStack() as held:
+                if not ahead:  # a build ahead holds a slot of its own (ahead.py)
+                    slots = (self.dir / SLOTS_DIR, BUILD_SLOT_PREFIX, self.config.max_builds)
+                    waiting = self.metrics.builds_queued.inc
+                    held.enter_context(queued_slot(*slots, lambda: progress.report(QUEUED), waiting))
+                self._build(cluster, session, path, listing, progress)
             self._publish(cluster, session, path, events_fp)
         self._stamp(path)
         self._evict(keep=path)

@@ -7,6 +7,10 @@
   The lock file can be deleted together with its index (:func:`remove_lock_file`)
   because every holder checks, once it has the lock, that the file it locked is
   still the one at the path; otherwise it locks again.
+
+And a bound on builds across gunicorn workers: :func:`slot` / :func:`queued_slot`
+take one of N ``flock`` s on ``<prefix><n>.lock`` files in :data:`SLOTS_DIR` of the
+cache directory (the kernel drops a dead process's lock, so a crash never leaks a slot).
 """
 
 from __future__ import annotations
@@ -15,10 +19,14 @@ import contextlib
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 LOCK_SUFFIX = ".lock"
+#: The directory of the cache directory holding the slot lock files (apart from the
+#: indexes' own lock files, which come and go with them).
+SLOTS_DIR = ".slots"
 
 
 class KeyedLocks:
@@ -115,3 +123,66 @@ def remove_lock_file(index: Path) -> bool:
         return True
     finally:
         os.close(fd)
+
+
+def _take_slot(directory: Path, prefix: str, count: int) -> int | None:
+    """The descriptor of a free slot, now held; None when all ``count`` are taken."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for n in range(count):
+        fd = os.open(directory / f"{prefix}{n}{LOCK_SUFFIX}", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return fd
+    return None
+
+
+def _release_slot(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
+@contextlib.contextmanager
+def slot(directory: Path, prefix: str, count: int) -> Iterator[bool]:
+    """One of ``count`` slots, held to the end of the block if one is free (True),
+    else False at once."""
+    fd = _take_slot(directory, prefix, count)
+    if fd is None:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        _release_slot(fd)
+
+
+@contextlib.contextmanager
+def queued_slot(
+    directory: Path,
+    prefix: str,
+    count: int,
+    on_queued: Callable[[], None],
+    count_waiting: Callable[[int], None],
+    *,
+    poll: float = 0.25,
+) -> Iterator[None]:
+    """One of ``count`` slots, waiting for one to free up (``flock`` cannot wait for
+    any of several files: this polls every ``poll`` seconds). When all are taken at
+    first, ``on_queued()`` is called and ``count_waiting(1)``, then
+    ``count_waiting(-1)`` once it has a slot (or gives up)."""
+    fd = _take_slot(directory, prefix, count)
+    if fd is None:
+        on_queued()
+        count_waiting(1)
+        try:
+            while fd is None:
+                time.sleep(poll)
+                fd = _take_slot(directory, prefix, count)
+        finally:
+            count_waiting(-1)
+    try:
+        yield
+    finally:
+        _release_slot(fd)

@@ -18,6 +18,7 @@ import pytest
 from runtime.server.config import ServerConfig
 from runtime.server.index.ahead import SLOT_PREFIX, IndexAhead
 from runtime.server.index.cache import IndexCache
+from runtime.server.index.locks import SLOTS_DIR
 from runtime.server.metrics import ServerMetrics
 from runtime.server.sessions import StoredSessions
 from runtime.storage.base import ObjectStore
@@ -97,7 +98,8 @@ def test_indexing_ahead_makes_the_first_request_a_hit(world: World) -> None:
 
 
 def test_builds_ahead_are_bounded_by_slots_shared_with_other_processes(world: World) -> None:
-    fd = os.open(world.cache.dir / f"{SLOT_PREFIX}0.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    (world.cache.dir / SLOTS_DIR).mkdir(parents=True, exist_ok=True)
+    fd = os.open(world.cache.dir / SLOTS_DIR / f"{SLOT_PREFIX}0.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # another process's build ahead holds the only slot
         assert world.ahead(workers=1).index_next() is None

@@ -1,6 +1,7 @@
 """No request hangs on an index build: 503 with the build's real progress, one build
 for concurrent requests, a failed build's error for its waiters, another process's
-build seen through its progress file, and the page a browser waits on."""
+build seen through its progress file, the page a browser waits on, and builds beyond
+``--max-builds`` queued."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from runtime.server.metrics import ServerMetrics
 from runtime.storage.base import ObjectStore
 from runtime.storage.config import StorageConfig, open_store
 from runtime.storage.errors import StorageUnavailableError
-from runtime.storage.layout import KeyLayout
+from runtime.storage.layout import ClusterRef, KeyLayout
 from tests.support.sample_session import StoredSample, write_sample_session
 
 TASKS = "/api/v0/tasks?limit=5"
@@ -236,3 +237,27 @@ def test_a_browser_entering_waits_on_a_page_that_lands_in_the_dashboard(world: W
         f"/sessions/{world.sample.cluster.namespace}/{world.sample.cluster.name}/{world.sample.session}/"
     )
     assert any(c.startswith("session_name=") for c in landed.headers.getlist("Set-Cookie"))
+
+
+def test_builds_beyond_max_builds_wait_their_turn_reporting_queued(world: World) -> None:
+    """``--max-builds``: many users opening many sessions share the CPU and memory; a
+    build ahead is bounded by its own slots and never waits for the requests' ones."""
+    other = write_sample_session(world.store, KeyLayout(""), ClusterRef("default", "other-cluster"))
+    ahead = write_sample_session(world.store, KeyLayout(""), ClusterRef("default", "ahead-cluster"))
+    app = world.app(max_builds=1)
+    indexes = app_services(app).indexes
+    with pytest.raises(IndexBuildingError):
+        indexes.ensure(world.sample.cluster, world.sample.session, wait=0.05)
+    assert world.gate.reached.wait(DEADLINE)  # the first build holds the only slot
+    with pytest.raises(IndexBuildingError) as err:
+        indexes.ensure(other.cluster, other.session, wait=0.5)
+    assert err.value.progress == {"phase": "queued", "done": None, "total": None}
+    assert _metric(app, "historyserver_index_builds_queued") == 1
+    assert indexes.ensure(ahead.cluster, ahead.session, wait=DEADLINE, ahead=True).exists()
+    with pytest.raises(IndexBuildingError):
+        indexes.ensure(other.cluster, other.session, wait=0.5)  # still queued
+    world.gate.release.set()
+    assert indexes.ensure(other.cluster, other.session, wait=DEADLINE).exists()
+    assert indexes.ensure(world.sample.cluster, world.sample.session, wait=DEADLINE).exists()
+    assert _metric(app, "historyserver_index_builds_queued") == 0
+    assert _metric(app, "historyserver_index_builds_total", {"outcome": "ok"}) == 3
