@@ -90,7 +90,9 @@ class Router:
 
     def feed(self, data: bytes) -> None:  # noqa: PLR0912 - the per-line hot loop is inlined on purpose
         """One decoded (gunzipped) event object."""
-        body = data.strip(_WHITESPACE)
+        # Not stripped: a copy of the whole object for its final newline. Blank and
+        # whitespace-only lines have no task id and end in _slow, which drops them.
+        body = data if data[:1] not in _WHITESPACE else data.lstrip(_WHITESPACE)
         if not body:
             return
         if body[:1] == b"[":
