@@ -53,7 +53,7 @@ class WorkerPool:
         env = python_env()
         self._procs: list[subprocess.Popen[bytes]] = []
         self._stderr: list[IO[bytes]] = []
-        self._queues: list[queue.Queue[tuple[int, bytes] | None]] = []
+        self._queues: list[queue.Queue[tuple[int, bytes, int] | None]] = []
         self._worker_of = [bucket * len(shard_paths) // BUCKETS for bucket in range(BUCKETS)]
         self._threads: list[threading.Thread] = []
         self._errors: list[BaseException] = []
@@ -68,7 +68,7 @@ class WorkerPool:
                 stderr=err,
                 env=env,
             )
-            frames: queue.Queue[tuple[int, bytes] | None] = queue.Queue(maxsize=queue_frames)
+            frames: queue.Queue[tuple[int, bytes, int] | None] = queue.Queue(maxsize=queue_frames)
             thread = threading.Thread(target=self._feed, args=(proc, frames), name=f"shard-feed-{n}")
             thread.daemon = True
             thread.start()
@@ -77,7 +77,7 @@ class WorkerPool:
             self._queues.append(frames)
             self._threads.append(thread)
 
-    def _feed(self, proc: subprocess.Popen[bytes], frames: queue.Queue[tuple[int, bytes] | None]) -> None:
+    def _feed(self, proc: subprocess.Popen[bytes], frames: queue.Queue[tuple[int, bytes, int] | None]) -> None:
         stdin = proc.stdin
         if stdin is None:
             raise WorkerError("worker started without a stdin pipe")
@@ -87,8 +87,8 @@ class WorkerPool:
                 if item is None:
                     stdin.write(END_OF_INPUT)
                     break
-                bucket, blob = item
-                stdin.write(frame(bucket, blob))
+                bucket, blob, lines = item
+                stdin.write(frame(bucket, blob, lines))
                 stdin.write(blob)
             stdin.close()
         except (BrokenPipeError, OSError) as exc:
@@ -96,11 +96,11 @@ class WorkerPool:
             while frames.get() is not None:  # keep the producer unblocked
                 pass
 
-    def send(self, bucket: int, blob: bytes) -> None:
+    def send(self, bucket: int, blob: bytes, lines: int) -> None:
         """A :class:`~runtime.server.replay.route.Router` sink (``Router(BUCKETS, ...)``)."""
         if self._errors:
             raise WorkerError(f"a shard worker stopped reading: {self._errors[0]}")
-        self._queues[self._worker_of[bucket]].put((bucket, blob))
+        self._queues[self._worker_of[bucket]].put((bucket, blob, lines))
 
     def finish(self, failures: FailureContext | None = None, timeout: float | None = None) -> list[dict[str, Any]]:
         """Send ``failures`` (what the renderers need of the rest of the session), end
@@ -108,7 +108,7 @@ class WorkerPool:
         context = failures.to_json() if failures is not None else None
         for frames in self._queues:
             if context is not None:
-                frames.put((CONTEXT, context))
+                frames.put((CONTEXT, context, 0))
             frames.put(None)
         for thread in self._threads:
             thread.join(timeout)

@@ -5,8 +5,9 @@ task id) at a time, so it holds the replay state of one sixteenth of the session
 tasks instead of its whole range: while the builder routes, the worker only
 appends each batch to its bucket's file, zstd-compressed (level 1: ~1.4 GB/s, event
 JSON shrinks ~10x, so the files take little of the cache volume). Records are a
-4-byte little-endian length, then that many bytes of JSON lines; a zero length
-ends the file (one without it was cut short: an error, never a shorter replay).
+4-byte little-endian length and the 4-byte number of lines, then that many bytes of
+JSON lines; a zero length ends the file (one without it was cut short: an error,
+never a shorter replay).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import BinaryIO
 import zstandard
 
 _LEVEL = 1
-_HEADER = 4
+_HEADER = 8
 _END = bytes(_HEADER)
 
 
@@ -34,7 +35,7 @@ class BucketSpill:
     def path(self, bucket: int) -> Path:
         return Path(f"{self.base}.bucket{bucket:02d}.zst")
 
-    def write(self, bucket: int, blob: bytes) -> None:
+    def write(self, bucket: int, blob: bytes, lines: int) -> None:
         if not blob:
             return  # a zero length is the end marker
         writer = self._writers.get(bucket)
@@ -43,7 +44,7 @@ class BucketSpill:
             # A compressor per file: one context cannot interleave two streams.
             compressor = zstandard.ZstdCompressor(level=_LEVEL)
             writer = self._writers[bucket] = compressor.stream_writer(raw, closefd=True)
-        writer.write(len(blob).to_bytes(_HEADER, "little"))
+        writer.write(len(blob).to_bytes(4, "little") + lines.to_bytes(4, "little"))
         writer.write(blob)
 
     def finish(self) -> list[int]:
@@ -55,8 +56,9 @@ class BucketSpill:
         self._writers.clear()
         return buckets
 
-    def read(self, bucket: int) -> Iterator[bytes]:
-        """The bucket's records in the order written; the file is deleted once read."""
+    def read(self, bucket: int) -> Iterator[tuple[bytes, int]]:
+        """The bucket's records (blob, lines) in the order written; the file is
+        deleted once read."""
         path = self.path(bucket)
         with open(path, "rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as reader:
             while True:
@@ -65,7 +67,7 @@ class BucketSpill:
                     break
                 if not header:
                     raise OSError(f"spill file {path.name} ends without its end marker")
-                yield _read_exact(reader, int.from_bytes(header, "little"))
+                yield _read_exact(reader, int.from_bytes(header[:4], "little")), int.from_bytes(header[4:], "little")
         os.unlink(path)
 
     def remove(self) -> None:

@@ -1,8 +1,8 @@
 """Task-shard worker: ``python -m runtime.server.index.worker SHARD_DB [--indexes] [--base-ns N] [--spill B]``.
 
 Reads frames from stdin (4-byte little-endian length, one byte naming the frame's
-bucket (:data:`~runtime.server.replay.route.BUCKETS`), then that many bytes of JSON
-lines; bucket :data:`CONTEXT` instead carries the session's
+bucket (:data:`~runtime.server.replay.route.BUCKETS`), the 4-byte number of lines,
+then that many bytes of JSON lines; bucket :data:`CONTEXT` instead carries the session's
 :class:`~runtime.server.replay.task_failures.FailureContext`, sent last; a zero
 length ends the input), replays them as
 :class:`~runtime.server.replay.shard.TaskShard` s, writes the rows into a fresh
@@ -37,14 +37,15 @@ from runtime.server.index.spill import BucketSpill
 from runtime.server.replay.shard import TaskShard
 from runtime.server.replay.task_failures import FailureContext
 
-FRAME_HEADER = 5
+FRAME_HEADER = 9
 #: The bucket number of the frame that carries the failure context.
 CONTEXT = 255
 
 
-def frame(bucket: int, blob: bytes) -> bytes:
-    """The frame header for ``blob`` of ``bucket`` (the parent writes it, then the blob)."""
-    return len(blob).to_bytes(4, "little") + bytes((bucket,))
+def frame(bucket: int, blob: bytes, lines: int) -> bytes:
+    """The frame header for ``blob`` of ``bucket``, ``lines`` JSON lines (the parent
+    writes it, then the blob)."""
+    return len(blob).to_bytes(4, "little") + bytes((bucket,)) + lines.to_bytes(4, "little")
 
 
 END_OF_INPUT = b"\0\0\0\0"
@@ -101,12 +102,13 @@ def _read_frames(
         if size == 0 or len(header) < FRAME_HEADER:
             return failures
         bucket = header[4]
+        lines = int.from_bytes(header[5:], "little")
         if bucket == CONTEXT:
             failures = FailureContext.from_json(read(size))
         elif spilled is not None and bucket != spill:
-            spilled.write(bucket, read(size))
+            spilled.write(bucket, read(size), lines)
         else:
-            live.feed_blob(read(size))
+            live.feed_blob(read(size), lines)
 
 
 def _replayed(spilled: BucketSpill, base_ns: int, trace: bool) -> Iterator[TaskShard]:
@@ -114,8 +116,8 @@ def _replayed(spilled: BucketSpill, base_ns: int, trace: bool) -> Iterator[TaskS
     here once the next is asked for, so its memory is reused."""
     for bucket in spilled.finish():
         shard = TaskShard(base_ns)
-        for blob in spilled.read(bucket):
-            shard.feed_blob(blob)
+        for blob, lines in spilled.read(bucket):
+            shard.feed_blob(blob, lines)
         if trace:
             sys.stderr.write(f"worker {spilled.base.name}: replayed spilled bucket {bucket}\n")
         yield shard

@@ -71,12 +71,13 @@ def task_id_of(item: dict[str, object]) -> object:
 
 
 class Router:
-    """Splits event objects into per-shard batches of JSON lines."""
+    """Splits event objects into per-shard batches of JSON lines: ``sink(shard, blob,
+    lines)`` gets each batch with its number of lines (none of them empty)."""
 
     def __init__(
         self,
         shards: int,
-        sink: Callable[[int, bytes], None],
+        sink: Callable[[int, bytes, int], None],
         other: Callable[[object], None],
         batch_lines: int = 2048,
     ) -> None:
@@ -161,7 +162,7 @@ class Router:
         lines = self._lines[shard]
         if lines:
             self._lines[shard] = []
-            self._sink(shard, b"\n".join(lines))
+            self._sink(shard, b"\n".join(lines), len(lines))
 
     def flush(self) -> None:
         for shard in range(self.shards):

@@ -49,14 +49,15 @@ class TaskShard:
         self.replay = SessionReplay(tasks_only=True, base_ns=base_ns)
         self.bad_lines = 0
 
-    def feed_routed(self, shard: int, blob: bytes) -> None:
+    def feed_routed(self, shard: int, blob: bytes, lines: int) -> None:
         """A :class:`~runtime.server.replay.route.Router` sink (one shard: ``shard`` is 0)."""
-        self.feed_blob(blob)
+        self.feed_blob(blob, lines)
 
-    def feed_blob(self, blob: bytes) -> None:
-        """JSON lines routed to this shard: typed when every line is a task event of
-        the exact shape (nearly always), else decoded the tolerant way."""
-        events = decode_task_blob(blob)
+    def feed_blob(self, blob: bytes, lines: int | None = None) -> None:
+        """JSON lines routed to this shard (``lines`` of them, when the router said):
+        typed when every line is a task event of the exact shape (nearly always),
+        else decoded the tolerant way."""
+        events = decode_task_blob(blob, lines)
         if events is not None:
             self.replay.feed_task_events(events)
             return

@@ -89,9 +89,10 @@ _DECODER = msgspec.json.Decoder(TaskEvent)
 _WHITESPACE = b" \t\r\n"
 
 
-def decode_task_blob(blob: bytes) -> list[TaskEvent] | None:
+def decode_task_blob(blob: bytes, lines: int | None = None) -> list[TaskEvent] | None:
     """The task events of a blob of JSON lines, or None when any line is not one of
-    the exact shapes above (then decode the blob the tolerant way)."""
+    the exact shapes above (then decode the blob the tolerant way). ``lines``: how
+    many lines the blob holds, when its maker knows (saves counting them)."""
     body = blob.strip(_WHITESPACE)
     if not body or body[:1] == b"[":
         return None
@@ -108,7 +109,8 @@ def decode_task_blob(blob: bytes) -> list[TaskEvent] | None:
         return None
     # decode_lines skips blank lines and also splits values on spaces: one value per
     # line or the tolerant path, which skips the one and rejects the other.
-    return events if len(events) == body.count(b"\n") + 1 else None
+    expected = lines if lines is not None else body.count(b"\n") + 1
+    return events if len(events) == expected else None
 
 
 def lifecycle_from_dict(payload: dict[str, Any]) -> LifecyclePayload:

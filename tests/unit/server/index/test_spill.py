@@ -13,15 +13,17 @@ from runtime.server.index.spill import BucketSpill, remove_spill_files
 def test_interleaved_buckets_read_back_in_order(tmp_path: Path) -> None:
     rng = random.Random(5)
     spill = BucketSpill(tmp_path / "shard.sqlite")
-    written: dict[int, list[bytes]] = {}
+    written: dict[int, list[tuple[bytes, int]]] = {}
     for n in range(300):  # buckets written in turn, as the router's batches arrive
         bucket = rng.choice((0, 3, 15))
-        blob = b'{"n":%d}\n' % n * rng.randrange(1, 3000)
-        spill.write(bucket, blob)
-        written.setdefault(bucket, []).append(blob)
+        lines = rng.randrange(1, 3000)
+        blob = b'{"n":%d}\n' % n * lines
+        spill.write(bucket, blob, lines)
+        written.setdefault(bucket, []).append((blob, lines))
     assert spill.finish() == [0, 3, 15]
     assert (
-        sum(p.stat().st_size for p in tmp_path.iterdir()) < sum(len(b) for blobs in written.values() for b in blobs) / 5
+        sum(p.stat().st_size for p in tmp_path.iterdir())
+        < sum(len(b) for blobs in written.values() for b, _ in blobs) / 5
     )
     for bucket in (0, 3, 15):
         assert list(spill.read(bucket)) == written[bucket]
@@ -30,7 +32,7 @@ def test_interleaved_buckets_read_back_in_order(tmp_path: Path) -> None:
 
 def test_a_cut_file_is_an_error_not_a_shorter_replay(tmp_path: Path) -> None:
     spill = BucketSpill(tmp_path / "s")
-    spill.write(2, b"x" * 100_000)
+    spill.write(2, b"x" * 100_000, 1)
     spill.finish()
     path = spill.path(2)
     path.write_bytes(path.read_bytes()[:-10])
@@ -40,8 +42,8 @@ def test_a_cut_file_is_an_error_not_a_shorter_replay(tmp_path: Path) -> None:
 
 def test_remove_drops_open_and_closed_files(tmp_path: Path) -> None:
     spill = BucketSpill(tmp_path / "s")
-    spill.write(1, b"a\n")
-    spill.write(9, b"b\n")
+    spill.write(1, b"a\n", 1)
+    spill.write(9, b"b\n", 1)
     (tmp_path / "other.bucket01.zst").write_bytes(b"")  # another shard's: kept
     spill.remove()
     assert [p.name for p in tmp_path.iterdir()] == ["other.bucket01.zst"]

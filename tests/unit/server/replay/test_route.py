@@ -17,11 +17,13 @@ RAW_IDS = [bytes([first]) + bytes(range(7)) + b"\xff" * 12 + b"\x02\x00\x00\x00"
 def route(data: bytes, shards: int = 4) -> tuple[dict[int, list[dict[str, object]]], list[object], Router]:
     out: dict[int, list[dict[str, object]]] = {}
     other: list[object] = []
-    router = Router(
-        shards,
-        lambda shard, blob: out.setdefault(shard, []).extend(orjson.loads(line) for line in blob.split(b"\n")),
-        other.append,
-    )
+
+    def sink(shard: int, blob: bytes, lines: int) -> None:
+        split = blob.split(b"\n")
+        assert len(split) == lines and all(split), "the batch's number of lines, none empty"
+        out.setdefault(shard, []).extend(orjson.loads(line) for line in split)
+
+    router = Router(shards, sink, other.append)
     router.feed(data)
     router.flush()
     return out, other, router
