@@ -77,6 +77,13 @@ def test_a_line_the_tolerant_path_rejects_is_a_bad_line_not_a_crash() -> None:
     assert len(shard.replay.tasks) == 1
 
 
+def test_the_routers_line_count_stands_in_for_counting() -> None:
+    two_on_one_line = blob(owner()) + b"\n" + blob(owner()) + b" " + blob(executor())
+    assert decode_task_blob(two_on_one_line, 2) is None
+    assert decode_task_blob(two_on_one_line, 3) is not None  # trusted: the router counts what it joins
+    assert decode_task_blob(blob(owner(), executor()), 2) is not None
+
+
 def test_non_ascii_utf8_stays_on_the_typed_path() -> None:
     events = decode_task_blob(blob(definition(name="tâche ✓"), lifecycle(states=(("RUNNING", ts(3)),))))
     assert events is not None and events[0].payload is not None
