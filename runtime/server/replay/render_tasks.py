@@ -120,11 +120,13 @@ class TaskRenderer:
         names = self._table.state_names
         base = self._table.base_ns
         kinds = [_KINDS.get(name, 0) for name in names] + [0] * (STATE_MASK + 1 - len(names))
+        event_heads = [orjson.dumps({"state": name})[:-1].decode() + ',"created_ms":' for name in names]
         counts = self.counts
         dumps = orjson.dumps
         top = 0
         failures = self._failures
         failed = names.index("FAILED")
+        def_texts: dict[int, tuple[bytes, bytes]] = {}
         for task_id, attempt, st in self._table.attempts(ordered):
             d = st.definition
             codes = sorted(st.transitions) if st.transitions else None
@@ -143,7 +145,7 @@ class TaskRenderer:
                 for code in codes:
                     low = code & STATE_MASK
                     ms = ((code >> STATE_BITS) + base) // 1_000_000
-                    parts.append(f'{{"state":"{names[low]}","created_ms":{ms}.0}}')
+                    parts.append(f"{event_heads[low]}{ms}.0}}")
                     kind = kinds[low]
                     if kind:
                         if kind == _CREATED:
@@ -162,8 +164,10 @@ class TaskRenderer:
             if d is not None:
                 task_type, name, func, job = d.type, st.name, d.func, d.job or st.job
                 actor, parent = d.actor, d.parent
-                head = self._head(d)
-                tail = self._tail(d)
+                texts = def_texts.get(id(d))
+                if texts is None:  # each definition is held by its attempts: its id is its own here
+                    texts = def_texts[id(d)] = (self._head(d), self._tail(d))
+                head, tail = texts
             else:
                 task_type, name, job, actor, parent = "", "", st.job, "", ""
                 func = st.profile.func_name if st.profile is not None else ""

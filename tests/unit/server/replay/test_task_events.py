@@ -130,3 +130,12 @@ def test_hostile_values_neither_crash_nor_differ_between_paths(odd: dict[str, An
     dicts = SessionReplay()
     dicts.feed(events)
     assert len(typed_replay(events).tasks) == len(dicts.tasks) == 1
+
+
+def test_a_state_ray_does_not_know_is_rendered_as_valid_json() -> None:
+    """States beyond Ray 2.60's (a newer Ray, or anything a client sent) keep their name;
+    a quote in one once broke the detail JSON of its task."""
+    odd = lifecycle(states=(('NEW"STATE\\', ts(20)),))
+    task = one([definition(), owner(), odd])  # both paths, parsed
+    assert task["state"] == 'NEW"STATE\\'
+    assert [e["state"] for e in task["events"]][-1] == 'NEW"STATE\\'
