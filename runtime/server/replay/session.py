@@ -34,6 +34,8 @@ from runtime.storage.layout import session_created_at
 
 Handler = Callable[[dict[str, Any]], bool]
 TaskHandler = Callable[[dict[str, Any], int | None], int]
+#: A task handler of the typed fast path: its payload is a dict or a LifecyclePayload.
+TypedTaskHandler = Callable[[Any, int | None], int]
 
 
 @dataclass
@@ -90,10 +92,10 @@ class SessionReplay:
             "WORKER_LIFECYCLE_EVENT": ("workerLifecycleEvent", self.workers.lifecycle),
         }
         #: the same handlers for the typed task events of a shard's fast path
-        self._typed_handlers: dict[type[Any], TaskHandler] = {
+        self._typed_handlers: dict[type[Any], TypedTaskHandler] = {
             DefinitionEvent: tasks.definition,
             ActorTaskDefinitionEvent: lambda p, m: tasks.definition(p, m, True),
-            LifecycleEvent: tasks.lifecycle,  # type: ignore[dict-item]
+            LifecycleEvent: tasks.lifecycle,
             ProfileEvent: tasks.profile,
         }
         if tasks_only:
@@ -115,7 +117,7 @@ class SessionReplay:
             payload = event.payload
             kind = type(event)
             result = (
-                handlers[kind](payload, hash(event_id) if type(event_id) is str else None)  # type: ignore[arg-type]
+                handlers[kind](payload, hash(event_id) if type(event_id) is str else None)
                 if payload is not None
                 else BAD
             )
