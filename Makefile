@@ -79,7 +79,7 @@ test-fast: venv node-deps system-deps
 lint: venv
 	$(VENV)/bin/ruff check runtime ray_history_pulumi infra pulumi-package tests bench
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/ruff format --check runtime ray_history_pulumi infra pulumi-package tests bench
+	$(VENV)/bin/ruff format --check runtime ray_history_pulumi infra pulumi-package tests bench docs
 
 typecheck: venv
 	$(VENV)/bin/mypy
