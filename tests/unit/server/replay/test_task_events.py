@@ -11,12 +11,14 @@ from runtime.server.replay.render_tasks import TaskRenderer
 from runtime.server.replay.session import SessionReplay
 from runtime.server.replay.shard import TaskShard
 from runtime.server.replay.task_events import (
+    EVENT_TYPES,
     DefinitionEvent,
     LifecycleEvent,
     ProfileEvent,
     Transition,
     decode_task_blob,
 )
+from tests.support.sample_session import RUN_A, RUN_B, load_events
 from tests.unit.server.replay.events import TASK_B64, definition, envelope, executor, lifecycle, owner, ts
 from tests.unit.server.replay.test_tasks import one, typed_replay
 
@@ -139,3 +141,22 @@ def test_a_state_ray_does_not_know_is_rendered_as_valid_json() -> None:
     task = one([definition(), owner(), odd])  # both paths, parsed
     assert task["state"] == 'NEW"STATE\\'
     assert [e["state"] for e in task["events"]][-1] == 'NEW"STATE\\'
+
+
+@pytest.mark.parametrize("run", [RUN_A, RUN_B])
+def test_real_ray_events_render_the_same_on_either_path(run: str) -> None:
+    """Ray 2.60's own events (both captured runs) take the typed path whole and give
+    the same rows, counts and failure context as the dict path."""
+    events = load_events(run)
+    dicts = SessionReplay()
+    dicts.feed(events)
+    typed = typed_replay(events)
+    task_types = set(EVENT_TYPES.values())
+    assert decode_task_blob(blob(*(e for e in events if e.get("eventType") in task_types))) is not None
+    assert list(TaskRenderer(typed.tasks).rows(ordered=True)) == list(TaskRenderer(dicts.tasks).rows(ordered=True))
+    assert (typed.counters.events, typed.counters.bad_events, typed.counters.by_type) == (
+        dicts.counters.events,
+        dicts.counters.bad_events,
+        dicts.counters.by_type,
+    )
+    assert len(dicts.tasks) > 10
