@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from runtime.server.index.schema import META_STATS
-from runtime.server.replay.pack import Unpacker
+from runtime.server.replay.task_detail import DetailRenderer
 
 
 class SessionIndex:
@@ -58,15 +58,15 @@ class SessionIndex:
         raw = self.meta(META_STATS)
         return {} if raw is None else dict(orjson.loads(raw))
 
-    def unpacker(self) -> Unpacker:
-        """Reads ``tasks.extra_json`` back to JSON (each dictionary
-        is loaded when a value first needs it)."""
+    def details(self) -> DetailRenderer:
+        """Renders ``tasks.detail`` to the detail-only JSON (each text is loaded
+        when a row first needs it)."""
 
-        def load(dict_no: int) -> bytes | None:
-            data = self.scalar("SELECT data FROM task_dicts WHERE dict_no = ?", (dict_no,))
+        def load(text_id: int) -> bytes | None:
+            data = self.scalar("SELECT data FROM task_texts WHERE text_id = ?", (text_id,))
             return None if data is None else bytes(data)
 
-        return Unpacker(load)
+        return DetailRenderer(load)
 
     def computed(self, key: str) -> bytes | None:
         """A result cached in the index by an earlier request (``None`` if absent)."""

@@ -16,16 +16,18 @@ Conventions every writer and reader relies on:
   DEAD (:mod:`runtime.server.replay.ended`);
 * the task as ``/api/v0/tasks`` returns it without ``detail`` is rendered from
   its columns when read (:func:`~runtime.server.replay.render_tasks.brief_json`;
-  schema 6: storing it cost ~7 % of the file and of the build's CPU);
-  ``tasks.extra_json`` holds only the detail-only fields. The detail form is
+  schema 6: storing it cost ~7 % of the file and of the build's CPU). The
+  detail-only fields are stored compactly in ``tasks.detail``, their long shared
+  parts (a definition's JSON, log file names, profile names) once each in
+  ``task_texts``, and rendered to JSON when read
+  (:mod:`runtime.server.replay.task_detail`, schema 7: rendering and packing that
+  JSON for every task was a third of a build's per-task CPU); read them through
+  :meth:`~runtime.server.index.reader.SessionIndex.details`. The detail form is
   ``brief[:-1] + b"," + extra[1:]`` (see
-  :func:`~runtime.server.replay.render_tasks.splice_detail`). It is stored packed
-  (:mod:`runtime.server.replay.pack`: a byte naming a ``task_dicts`` row, then a
-  zstd frame) or, when packing would not shrink it, plain JSON; read it through
-  :meth:`~runtime.server.index.reader.SessionIndex.unpacker`.
-* what only one task's page or the timeline needs stays inside ``extra_json``
+  :func:`~runtime.server.replay.render_tasks.splice_detail`).
+* what only one task's page or the timeline needs stays inside ``detail``
   (``task_log_info``, ``profiling_data``) instead of columns of its own: a log
-  lookup unpacks one row, the timeline at most 10,000 (schema 4; the columns cost
+  lookup renders one row, the timeline at most 10,000 (schema 4; the columns cost
   a third of the file).
 * a task without a terminal state whose worker died or whose job finished is
   stored FAILED as the GCS shows it (:mod:`runtime.server.replay.task_failures`;
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 #: Bump whenever the schema or the meaning of a column changes: indexes built by an
 #: older version are rebuilt rather than misread.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 DDL = """
 PRAGMA journal_mode = WAL;
@@ -64,7 +66,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     start_ms       INTEGER,
     end_ms         INTEGER,
     error_type     TEXT,                          -- NULL: none
-    extra_json     BLOB    NOT NULL,
+    detail         BLOB    NOT NULL,              -- detail-only fields (runtime.server.replay.task_detail)
     PRIMARY KEY (task_id, attempt)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tasks_by_job   ON tasks (job_id, task_id, attempt);
@@ -85,9 +87,9 @@ CREATE TABLE IF NOT EXISTS task_counts (
     n         INTEGER NOT NULL
 );
 
--- zstd dictionaries of the packed task JSON, one per first hex digit of task ids.
-CREATE TABLE IF NOT EXISTS task_dicts (
-    dict_no INTEGER PRIMARY KEY,
+-- The shared parts of tasks.detail, each once, under an id derived from its bytes.
+CREATE TABLE IF NOT EXISTS task_texts (
+    text_id INTEGER PRIMARY KEY,
     data    BLOB NOT NULL
 );
 

@@ -3,8 +3,8 @@
 Each task shard (in-process, or one :mod:`runtime.server.index.worker` per core)
 writes the ``tasks`` and ``task_counts`` rows it rendered into
 a file whose tables come from the index DDL, tasks in primary-key order
-(sequential B-tree appends), their JSON packed (:mod:`runtime.server.replay.pack`)
-with one dictionary per first hex digit of the task id (``task_dicts``).
+(sequential B-tree appends), with the texts their detail fields refer to
+(``task_texts``, :mod:`runtime.server.replay.task_detail`).
 """
 
 from __future__ import annotations
@@ -15,16 +15,18 @@ import os
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from runtime.server.index import schema
-from runtime.server.replay.pack import DICT_ROWS, make_dict, packer
-from runtime.server.replay.render_tasks import EXTRA, INSERT_TASK, INSERT_TASK_COUNT, TaskRow
+from runtime.server.replay.render_tasks import INSERT_TASK, INSERT_TASK_COUNT
 from runtime.server.replay.shard import ShardResult, TaskShard
 from runtime.server.replay.task_failures import FailureContext
 
 logger = logging.getLogger(__name__)
+
+#: Texts are content-addressed: a text another shard (or an earlier bucket) stored is the same text.
+INSERT_TEXT = "INSERT OR IGNORE INTO task_texts (text_id, data) VALUES (?, ?)"
 
 #: Task rows are ~1-2 KB; WITHOUT ROWID tables spill rows larger than ~1/4 of a
 #: page into overflow pages, so the index uses 16 KiB pages.
@@ -79,11 +81,11 @@ def write_shards(
     ``failures``: dead workers and finished jobs (:mod:`runtime.server.replay.task_failures`)."""
     result = ShardResult()
     counts: Counter[tuple[str, str, str, str, str]] = Counter()
-    packers: dict[int, Callable[[bytes], bytes]] = {}
     conn.execute("BEGIN")
     for shard in shards:
         renderer = shard.renderer(failures)
-        conn.executemany(INSERT_TASK, _packed(conn, packers, renderer.rows(ordered=True)))
+        conn.executemany(INSERT_TASK, renderer.rows(ordered=True))
+        conn.executemany(INSERT_TEXT, renderer.texts.items())
         counts.update(renderer.counts)
         result.add(shard.result(renderer))
         del shard, renderer  # before the next one is replayed
@@ -96,61 +98,15 @@ def write_shards(
     return result
 
 
-#: Dictionary number per first character of a (hex) task id.
-_DICT_OF = {char: int(char, 16) for char in "0123456789abcdef"}
-
-
-def _packed(
-    conn: sqlite3.Connection, packers: dict[int, Callable[[bytes], bytes]], rows: Iterator[TaskRow]
-) -> Iterator[TaskRow]:
-    """The rows (in key order) with extra_json packed. Dictionary
-    ``n`` is made of the first rows whose task id starts with hex digit ``n``: task
-    shards split ids on those digits, so every build of a session, in-process or
-    parallel, packs each row identically. Rows of other ids stay plain. ``packers``
-    (dictionary number -> pack) carries over from one shard to the next."""
-    waiting: list[TaskRow] = []  # the first rows of the current digit, before its dictionary
-    current = -1
-    for row in rows:
-        dict_no = _DICT_OF.get(row[0][:1], -1)
-        if dict_no != current:
-            yield from _pack_waiting(conn, packers, current, waiting)
-            current, waiting = dict_no, []
-        pack = packers.get(dict_no)
-        if pack is not None:
-            yield (*row[:EXTRA], pack(row[EXTRA]))
-        elif dict_no < 0:
-            yield row
-        else:
-            waiting.append(row)
-            if len(waiting) == DICT_ROWS:
-                yield from _pack_waiting(conn, packers, dict_no, waiting)
-                waiting = []
-    yield from _pack_waiting(conn, packers, current, waiting)
-
-
-def _pack_waiting(
-    conn: sqlite3.Connection, packers: dict[int, Callable[[bytes], bytes]], dict_no: int, waiting: list[TaskRow]
-) -> Iterator[TaskRow]:
-    """Make and store dictionary ``dict_no`` from the waiting rows, then pack them."""
-    if not waiting:
-        return
-    pack = packers.get(dict_no)
-    if pack is None:
-        dict_data = make_dict(row[EXTRA] for row in waiting)
-        conn.execute("INSERT INTO task_dicts (dict_no, data) VALUES (?, ?)", (dict_no, dict_data))
-        pack = packers[dict_no] = packer(dict_no, dict_data)
-    for row in waiting:
-        yield (*row[:EXTRA], pack(row[EXTRA]))
-
-
 def append_shards(conn: sqlite3.Connection, paths: list[Path], unlink: Callable[[Path], None]) -> None:
     """Shards hold ascending id ranges: appending them in order keeps the B-tree
     writes sequential. Then equal task_counts keys of different shards are summed."""
     for n, shard in enumerate(paths):
         conn.execute("ATTACH DATABASE ? AS shard", (str(shard),))
         conn.execute("BEGIN")
-        for table in ("tasks", "task_counts", "task_dicts"):
+        for table in ("tasks", "task_counts"):
             conn.execute(f"INSERT INTO main.{table} SELECT * FROM shard.{table}")  # noqa: S608 - fixed names
+        conn.execute("INSERT OR IGNORE INTO main.task_texts SELECT * FROM shard.task_texts")  # shards share texts
         conn.execute("COMMIT")
         conn.execute("DETACH DATABASE shard")
         logger.debug("appended task shard %d", n + 1)

@@ -60,12 +60,12 @@ class IndexCatalog:
 
     def task_attempts(self, task_id: str) -> dict[int, TaskLogRow]:
         rows = self.index.rows(
-            "SELECT attempt, type, actor_id, node_id, worker_id, extra_json FROM tasks WHERE task_id = ?", (task_id,)
+            "SELECT attempt, type, actor_id, node_id, worker_id, detail FROM tasks WHERE task_id = ?", (task_id,)
         )
-        unpack = self.index.unpacker()
+        render = self.index.details()
         found = {}
         for r in rows:
-            log = _log_info(unpack(bytes(r[5])))
+            log = _log_info(render(bytes(r[5])))
             found[int(r[0])] = TaskLogRow(
                 type=str(r[1] or ""),
                 actor_id=str(r[2] or ""),
@@ -87,10 +87,10 @@ class IndexCatalog:
         return ActorLogRow(node_id=str(row[0] or ""), worker_id=str(row[1] or ""))
 
 
-def _log_info(extra_json: bytes) -> dict[str, Any]:
+def _log_info(detail_json: bytes) -> dict[str, Any]:
     """The ``task_log_info`` object of a task row's detail fields ({} when none)."""
     try:
-        info = orjson.loads(extra_json).get("task_log_info")
+        info = orjson.loads(detail_json).get("task_log_info")
     except (orjson.JSONDecodeError, AttributeError):
         return {}
     return info if isinstance(info, dict) else {}

@@ -266,13 +266,13 @@ def _demands(rows: list[tuple[object, ...]], into: dict[tuple[tuple[str, float],
 
 def _task_demands(index: SessionIndex, marks: str) -> list[tuple[object, ...]]:
     """(required_resources JSON, pending attempts) per distinct resources; the JSON
-    is stored packed, so it is read here rather than by SQLite's json_extract."""
-    unpack = index.unpacker()
+    is stored compactly, so it is read here rather than by SQLite's json_extract."""
+    render = index.details()
     counts: dict[bytes, int] = {}
-    sql = f"SELECT extra_json FROM tasks WHERE state IN ({marks})"  # noqa: S608 - placeholders only
-    for (extra,) in index.iter_rows(sql, _PENDING_TASK_STATES):
+    sql = f"SELECT detail FROM tasks WHERE state IN ({marks})"  # noqa: S608 - placeholders only
+    for (stored,) in index.iter_rows(sql, _PENDING_TASK_STATES):
         try:
-            detail = orjson.loads(unpack(extra))
+            detail = orjson.loads(render(stored))
         except orjson.JSONDecodeError:
             continue
         resources = detail.get("required_resources") if isinstance(detail, dict) else None

@@ -35,13 +35,13 @@ def json_array(items: Iterable[bytes]) -> bytes:
 def list_tasks(index: SessionIndex, query: TaskQuery) -> bytes:
     """The whole ``/api/v0/tasks`` answer. Rows are never decoded: the brief form is
     rendered from the columns, the detail form is the brief bytes with the stored
-    (packed) extra fields spliced in."""
+    detail-only fields rendered and spliced in."""
     selection = TaskSelection(index, query)
     counts = selection.counts()
     if query.detail:
-        unpack = index.unpacker()
-        rows = selection.page(f"{BRIEF_COLUMNS}, extra_json", query.limit)
-        body = json_array(splice_detail(brief_json(r[:-1]), unpack(r[-1])) for r in rows)
+        render = index.details()
+        rows = selection.page(f"{BRIEF_COLUMNS}, detail", query.limit)
+        body = json_array(splice_detail(brief_json(r[:-1]), render(r[-1])) for r in rows)
     else:
         rows = selection.page(BRIEF_COLUMNS, query.limit)
         body = json_array(brief_json(r) for r in rows)

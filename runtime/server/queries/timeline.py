@@ -5,7 +5,7 @@ A port of Ray 2.60's ``chrome_tracing_dump`` (ray/_private/profiling.py) over th
 (task id, newest attempt first, drivers excluded), complete events in the order
 they were recorded, then one ``process_name`` record per node and one
 ``thread_name`` record per worker. Like Ray, at most 10 000 task attempts are
-drawn, so at most that many rows are unpacked.
+drawn, so at most that many rows are rendered.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class ProfileRow:
 # no sort of the whole table before the first row; each task's attempts are reversed
 # in Python (Ray lists the newest first), and reading stops once enough are drawn.
 _SQL = """
-SELECT task_id, attempt, job_id, func_name, actor_id, extra_json FROM tasks {hint}
+SELECT task_id, attempt, job_id, func_name, actor_id, detail FROM tasks {hint}
 WHERE {where} type != 'DRIVER_TASK'
 """
 _PROFILED = b'"profiling_data":'
@@ -71,10 +71,10 @@ def profile_rows(index: SessionIndex, job_id: str | None) -> Iterator[ProfileRow
         rows = index.iter_rows(sql, (job_id,))
     else:
         rows = index.iter_rows(_SQL.format(hint="", where="") + " ORDER BY task_id, attempt")
-    unpack = index.unpacker()
+    render = index.details()
     for attempts in _newest_first(rows):
         for row in attempts:
-            extra = unpack(bytes(row[5]))
+            extra = render(bytes(row[5]))
             if _PROFILED in extra:
                 yield from _events(row, orjson.loads(extra))
 

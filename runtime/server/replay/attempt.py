@@ -13,8 +13,6 @@ from __future__ import annotations
 from array import array
 from typing import Any, NamedTuple
 
-from runtime.server.replay.timestamps import to_int
-
 #: Ray's TaskStatus enum, in order (the rank breaks timestamp ties).
 TASK_STATES = (
     "NIL",
@@ -148,12 +146,6 @@ def seen_before(state: Attempt, marker: int | None) -> bool:
         return True
     seen.append(marker)
     return False
-
-
-def offset(value: object) -> int:
-    if value is None:
-        return 0
-    return value if type(value) is int else to_int(value)
 
 
 def merge_log_info(state: Attempt, update: LogInfo) -> None:

@@ -32,13 +32,12 @@ from runtime.server.replay.attempt import (
     Profile,
     merge_attempts,
     merge_log_info,
-    offset,
     seen_before,
 )
-from runtime.server.replay.definitions import func_name, profile_func, runtime_env_info, snake_keys
+from runtime.server.replay.definitions import func_name, profile_func, runtime_env_info, snake_keys, wide_ints_as_floats
 from runtime.server.replay.ids import IdCache, hex_id
 from runtime.server.replay.task_events import LifecyclePayload, Transition
-from runtime.server.replay.timestamps import NANOS_LEN, SECOND_NS, to_int, ts_ns
+from runtime.server.replay.timestamps import INT64_MAX, INT64_MIN, NANOS_LEN, SECOND_NS, to_int, ts_ns
 
 
 class TaskTable:
@@ -67,8 +66,7 @@ class TaskTable:
 
     # ------------------------------------------------------------- handlers
     def _attempt(self, raw: object, attempt: object) -> Attempt:
-        if type(attempt) is not int:
-            attempt = to_int(attempt)
+        attempt = to_int(attempt)
         key = raw if attempt == 0 else (raw, attempt)
         state = self._attempts.get(key)
         if state is None:
@@ -110,7 +108,7 @@ class TaskTable:
         if not transitions and not log:
             return BAD
         attempt = payload.task_attempt
-        if attempt and type(attempt) is not int:
+        if attempt:
             attempt = to_int(attempt)
         key = (raw, attempt) if attempt else raw
         state = self._attempts.get(key)
@@ -174,8 +172,11 @@ class TaskTable:
             state.worker_ns = latest
         value = payload.worker_pid
         if value and latest >= state.pid_ns:
-            state.pid = value if type(value) is int else to_int(value)
-            state.pid_ns = latest
+            if type(value) is not int or value > INT64_MAX:
+                value = to_int(value)  # text, or beyond int64 (0: unusable, which never erases)
+            if value:
+                state.pid = value
+                state.pid_ns = latest
         if payload.ray_error_info is not None or payload.is_debugger_paused is not None or payload.actor_repr_name:
             self._carry_optional(state, payload, latest)  # absent unless set
         return APPLIED
@@ -221,11 +222,11 @@ class TaskTable:
         out_file, err_file = get("stdoutFile"), get("stderrFile")
         update: LogInfo = [
             self._intern(out_file) if out_file else "",
-            offset(get("stdoutStart")),
-            offset(get("stdoutEnd")),
+            to_int(get("stdoutStart")),
+            to_int(get("stdoutEnd")),
             self._intern(err_file) if err_file else "",
-            offset(get("stderrStart")),
-            offset(get("stderrEnd")),
+            to_int(get("stderrStart")),
+            to_int(get("stderrEnd")),
         ]
         merge_log_info(state, update)
 
@@ -257,8 +258,10 @@ class TaskTable:
             try:
                 start = int(entry.get("startTime"))  # type: ignore[arg-type]
                 end = int(entry.get("endTime"))  # type: ignore[arg-type]
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 continue
+            if not (INT64_MIN <= start <= INT64_MAX and INT64_MIN <= end <= INT64_MAX):
+                continue  # Ray's are int64 ns: beyond it, unusable like text
             name = str(entry.get("eventName") or "")
             extra = entry.get("extraData")
             extra_text = extra if isinstance(extra, str) else ""
@@ -275,7 +278,10 @@ class TaskTable:
         return found
 
     def _frag(self, value: object) -> bytes:
-        data = orjson.dumps(value)
+        try:
+            data = orjson.dumps(value)
+        except orjson.JSONEncodeError:  # an int beyond 64 bits (msgspec keeps it; orjson.loads gives a float)
+            data = orjson.dumps(wide_ints_as_floats(value))
         found = self._frags.get(data)
         if found is None:
             self._frags[data] = found = data

@@ -13,6 +13,7 @@ from runtime.common.timestamps import parse_timestamp_ns
 #: "YYYY-MM-DDTHH:MM:SS" -> that second in ns; hot loops may read it directly.
 SECOND_NS: dict[str, int] = {}
 _SECONDS_LIMIT = 1 << 16
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 NANOS_LEN = 30  # "2026-11-22T01:45:31.197192869Z"
 
 
@@ -41,15 +42,17 @@ def ts_ns(text: object) -> int | None:
 
 
 def to_int(value: object) -> int:
-    """Ray's int64 fields arrive as JSON strings; int32 as numbers. 0 when unusable."""
+    """Ray's int64 fields arrive as JSON strings; int32 as numbers. 0 when unusable,
+    which includes a value beyond int64 (nothing downstream can store or encode it)."""
     if type(value) is int:
-        return value
+        return value if INT64_MIN <= value <= INT64_MAX else 0
     if value is None or value == "":
         return 0
     try:
-        return int(value)  # type: ignore[call-overload,no-any-return]
+        number = int(value)  # type: ignore[call-overload]
     except (TypeError, ValueError):
         try:
-            return int(float(value))  # type: ignore[arg-type]
+            number = int(float(value))  # type: ignore[arg-type]
         except (TypeError, ValueError, OverflowError):
             return 0
+    return number if INT64_MIN <= number <= INT64_MAX else 0

@@ -106,7 +106,7 @@ def test_parallel_build_equals_in_process_build(  # noqa: PLR0917 - pytest fixtu
     assert one.tasks == synth.attempts == 3000
     for table, order in (
         ("tasks", "task_id, attempt"),
-        ("task_dicts", "dict_no"),
+        ("task_texts", "text_id"),
         ("task_counts", "job_id, state, type, name, func_name"),
         ("actors", "actor_id"),
         ("jobs", "job_key"),
@@ -131,8 +131,8 @@ def test_synthetic_session_is_indexed_as_generated(store: ObjectStore, tmp_path:
     with SessionIndex(tmp_path / "s.sqlite") as index:
         assert index.scalar("SELECT COUNT(*) FROM tasks WHERE state = 'FAILED'") == synth.failed
         assert index.scalar("SELECT COUNT(*) FROM tasks WHERE attempt = 1") == synth.retried
-        unpack = index.unpacker()
-        details = [orjson.loads(unpack(bytes(e))) for (e,) in index.rows("SELECT extra_json FROM tasks")]
+        render = index.details()
+        details = [orjson.loads(render(bytes(e))) for (e,) in index.rows("SELECT detail FROM tasks")]
         assert sum(1 for d in details if d.get("profiling_data")) == synth.profiled
         logs = [d["task_log_info"] for d in details if d["task_log_info"]]
         assert sum(1 for log in logs if log["stdout_end"] > log["stdout_start"]) > 1500  # split log info

@@ -1,6 +1,6 @@
 """Small session indexes built straight from ``schema.DDL`` (no builder needed).
 
-Rows follow the index contract: hex ids, ms times, ``error_type``/``extra_json`` in
+Rows follow the index contract: hex ids, ms times, ``error_type``/``detail`` (as plain JSON) in
 the shape ``/api/v0/tasks`` answers. ``synthetic_tasks`` also feeds the
 million-task latency check (``python -m tests.unit.server.queries.factory``).
 """
@@ -98,7 +98,7 @@ def create_index(path: Path, *, page_size: int | None = None) -> sqlite3.Connect
 def insert_tasks(conn: sqlite3.Connection, tasks: Iterable[Task]) -> None:
     conn.executemany(
         "INSERT INTO tasks (task_id, attempt, job_id, actor_id, name, func_name, state, type, parent_task_id,"
-        " node_id, worker_id, worker_pid, creation_ms, start_ms, end_ms, error_type, extra_json)"
+        " node_id, worker_id, worker_pid, creation_ms, start_ms, end_ms, error_type, detail)"
         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             (

@@ -50,7 +50,7 @@ def _insert_task(conn: sqlite3.Connection, task: dict[str, Any]) -> None:
     extra = {k: v for k, v in task.items() if k not in BRIEF_FIELDS}
     conn.execute(
         "INSERT INTO tasks (task_id, attempt, job_id, actor_id, name, func_name, state, type, parent_task_id,"
-        " node_id, worker_id, worker_pid, creation_ms, start_ms, end_ms, error_type, extra_json)"
+        " node_id, worker_id, worker_pid, creation_ms, start_ms, end_ms, error_type, detail)"
         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             task["task_id"],

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from runtime.server.replay.jobs import merge_jobs, parse_snapshot
-from runtime.server.replay.render_tasks import TaskRenderer, detail_json, row_brief_json
+from runtime.server.replay.render_tasks import TaskRenderer, row_brief_json
 from runtime.server.replay.session import SessionReplay
 from tests.support.sample_session import API, SESSION_A, load_events
 
@@ -36,7 +36,8 @@ def test_counts(replay: SessionReplay) -> None:
 
 
 def test_tasks_match_the_live_state_api(replay: SessionReplay) -> None:
-    rows = {(r[0], r[1]): r for r in TaskRenderer(replay.tasks).rows(ordered=True)}
+    renderer = TaskRenderer(replay.tasks)
+    rows = {(r[0], r[1]): r for r in renderer.rows(ordered=True)}
     answer = live("api_v0_tasks_detail=1_limit=100.json")["data"]["result"]["result"]
     brief_answer = {
         (t["task_id"], t["attempt_number"]): t for t in live("api_v0_tasks_nodetail.json")["data"]["result"]["result"]
@@ -45,7 +46,7 @@ def test_tasks_match_the_live_state_api(replay: SessionReplay) -> None:
     for task in answer:
         key = (task["task_id"], task["attempt_number"])
         row = rows[key]
-        ours = orjson.loads(detail_json(row))
+        ours = orjson.loads(renderer.detail_json(row))
         expected = {k: v for k, v in task.items() if k != "profiling_data"}  # not exported in session A
         assert ours == expected, key
         assert list(ours) == list(expected)

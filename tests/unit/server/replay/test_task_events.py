@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from runtime.server.index.shard_db import create_bulk_db, write_shards
 from runtime.server.replay.render_tasks import TaskRenderer
 from runtime.server.replay.session import SessionReplay
 from runtime.server.replay.shard import TaskShard
@@ -160,3 +162,38 @@ def test_real_ray_events_render_the_same_on_either_path(run: str) -> None:
         dicts.counters.by_type,
     )
     assert len(dicts.tasks) > 10
+
+
+def test_numbers_beyond_64_bits_neither_crash_nor_differ_between_paths(tmp_path: Path) -> None:
+    """Ray's numbers are int64; a number beyond it (msgspec keeps it an int, orjson
+    reads it as a float) once crashed the whole build wherever it landed: a pid or an
+    attempt in SQLite, a log offset or a resource in the detail, a profile time.
+    Each is now unusable like text: 0, or the profile entry skipped."""
+    wide = b"99999999999999999999999"
+    timing = {"eventName": "task:execute", "startTime": "@WIDE@", "endTime": "@WIDE@", "extraData": "{}"}
+    body = {"componentType": "worker", "componentId": "", "nodeIpAddress": "", "events": [timing]}
+    profile = {"taskId": TASK_B64, "attemptNumber": "@WIDE@", "jobId": "AgAAAA==", "profileEvents": body}
+    log = {"stdoutFile": "out", "stdoutStart": "@WIDE@", "stderrFile": "err", "stderrEnd": "@WIDE@"}
+    events = [
+        definition(requiredResources={"CPU": "@WIDE@"}),
+        lifecycle(states=(("PENDING_ARGS_AVAIL", ts(1)), ("FINISHED", ts(9))), workerPid="@WIDE@"),
+        executor(taskLogInfo=log),
+        lifecycle(attempt="@WIDE@", states=(("RUNNING", ts(4)),)),  # type: ignore[arg-type]
+        envelope("TASK_PROFILE_EVENT", "taskProfileEvents", profile),
+    ]
+    data = blob(*events).replace(b'"@WIDE@"', wide)
+    typed = _shard_outcome(data)
+    dicts = _shard_outcome(data + b"\n" + blob(envelope("NODE_DEFINITION_EVENT", "nodeDefinitionEvent", {})))
+    assert decode_task_blob(data) is not None and typed[-1] == dicts[-1]
+    shard = TaskShard()
+    shard.feed_blob(data)
+    renderer = shard.renderer()
+    (row,) = renderer.rows(ordered=True)  # the wide attempt is attempt 0, like unparsable text
+    detail = orjson.loads(renderer.detail_json(row))
+    assert detail["worker_pid"] == 10258 and detail["required_resources"] == {"CPU": 1e23}
+    assert detail["task_log_info"]["stdout_start"] == detail["task_log_info"]["stderr_end"] == 0
+    assert detail["profiling_data"]["events"] == []
+    conn = create_bulk_db(tmp_path / "tasks.sqlite")
+    shard = TaskShard()
+    shard.feed_blob(data)
+    assert write_shards(conn, [shard]).tasks == 1

@@ -19,7 +19,6 @@ from runtime.common.timestamps import parse_timestamp_ns
 from runtime.server.index.build import build_index
 from runtime.server.index.reader import SessionIndex
 from runtime.server.replay.ids import IdCache
-from runtime.server.replay.render_tasks import detail_json
 from runtime.server.replay.session import SessionReplay
 from runtime.server.replay.shard import TaskShard
 from runtime.server.replay.task_failures import FailureContext, WorkerDeaths
@@ -82,7 +81,7 @@ def render(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     session.feed(events)
     shard.replay.feed(events)
     renderer = shard.renderer(session.failure_context())
-    return {row[4]: orjson.loads(detail_json(row)) for row in renderer.rows(ordered=True)}
+    return {row[4]: orjson.loads(renderer.detail_json(row)) for row in renderer.rows(ordered=True)}
 
 
 def test_a_task_whose_worker_died_fails_as_the_gcs_says() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from runtime.server.replay.render_tasks import TaskRenderer, detail_json
+from runtime.server.replay.render_tasks import TaskRenderer
 from runtime.server.replay.session import SessionReplay, base_ns_for
 from runtime.server.replay.task_events import EVENT_TYPES, decode_task_blob
 from tests.unit.server.replay.events import (
@@ -50,8 +50,8 @@ def typed_replay(events: list[dict[str, Any]], base_ns: int = 0) -> SessionRepla
 
 
 def _rendered(replay: SessionReplay) -> dict[tuple[str, int], dict[str, Any]]:
-    rows = TaskRenderer(replay.tasks).rows(ordered=True)
-    return {(row[0], row[1]): orjson.loads(detail_json(row)) for row in rows}
+    renderer = TaskRenderer(replay.tasks)
+    return {(row[0], row[1]): orjson.loads(renderer.detail_json(row)) for row in renderer.rows(ordered=True)}
 
 
 def one(events: list[dict[str, Any]], base_ns: int = 0) -> dict[str, Any]:

@@ -1,0 +1,254 @@
+"""A task's detail-only fields, stored compactly and rendered to JSON when read (schema 7).
+
+The detail form of a ``/api/v0/tasks`` row is ~1.4 KB of JSON, nearly all of it
+parts that many tasks share: a definition's resources, runtime env and labels, a
+worker's log file names, the names of profile events. Rendering that JSON and
+zstd-packing it for every task was a third of a build's per-task CPU; a request
+reads at most a page of rows. So the build stores what the JSON is made of
+(:class:`DetailEncoder`) and a request renders it (:class:`DetailRenderer`, ~3 us
+a row against ~1.5 us to unpack zstd), byte for byte the JSON the build used to
+store.
+
+Stored form (``tasks.detail``): plain JSON (first byte ``{``; test factories insert
+it) or a msgpack array, trailing nulls dropped::
+
+    [definition, transitions, log, error_message, is_debugger_paused, profile]
+
+* ``definition``: the text id of the definition's JSON head and tail (``NUL``
+  between them; 0: no definition event);
+* ``transitions``: ``ms << 6 | rank`` per transition, oldest first, the rank in
+  :data:`~runtime.server.replay.attempt.TASK_STATES`; ``[ms, name]`` for a state
+  Ray 2.60 does not know;
+* ``log``: ``[text id of [stdout_file, stderr_file], stdout_start, stdout_end,
+  stderr_start, stderr_end]``;
+* ``profile``: ``[text id of its JSON head, [event name's text id, start_time,
+  end_time, extra_data's text id, ...]]``.
+
+Texts live once per index in ``task_texts``, under an id derived from their bytes
+(a 63-bit BLAKE2b prefix), so shards built apart agree on ids without talking to
+each other, and every build of a session stores identical rows. Two texts with one
+id would take about 2**31 attempts by the session's own author and could only
+garble that session's task details.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import orjson
+
+from runtime.server.replay.attempt import TASK_STATES, Definition, LogInfo, Profile
+from runtime.server.replay.ids import is_nil
+
+Fragment = orjson.Fragment
+#: The rank bits of a stored transition (as in :mod:`runtime.server.replay.attempt`).
+RANK_BITS = 6
+_RANK_MASK = (1 << RANK_BITS) - 1
+_PLAIN = ord("{")
+_NULL = b"null"
+_FLAGS = {None: _NULL, True: b"true", False: b"false"}
+_MIDDLE = (
+    b',"creation_time_ms":%b,"start_time_ms":%b,"end_time_ms":%b,"task_log_info":%b,'
+    b'"error_message":%b,"is_debugger_paused":%b'
+)
+_LOG_OFFSETS = b'%b%d,"stdout_end":%d,"stderr_start":%d,"stderr_end":%d}'
+_NO_DEF_HEAD = b'{"language":"","required_resources":null,"runtime_env_info":null,"placement_group_id":null,"events":'
+_NO_DEF_TAIL = b',"call_site":null,"label_selector":{},"fallback_strategy":{"options":[]}}'
+#: What a transition to each state means for creation/start/end times (0: nothing).
+CREATED, RUNNING, ENDED = 1, 2, 3
+KINDS = {"PENDING_ARGS_AVAIL": CREATED, "RUNNING": RUNNING, "FINISHED": ENDED, "FAILED": ENDED}
+_KNOWN_KINDS = [KINDS.get(name, 0) for name in TASK_STATES]
+_EVENT_HEADS = [orjson.dumps({"state": name})[:-1] + b',"created_ms":' for name in TASK_STATES]
+
+
+def text_id(data: bytes) -> int:
+    """The id of a text in ``task_texts``: derived from its bytes, positive in SQLite's int64."""
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") >> 1
+
+
+class DetailEncoder:
+    """Encodes attempts' detail fields at build time; :attr:`texts` collects every
+    text the encoded rows refer to (``text id -> bytes``), for ``task_texts``."""
+
+    def __init__(self) -> None:
+        self.texts: dict[int, bytes] = {}
+        # text ids by what the text is made of, one map per kind of text
+        self._definitions: dict[bytes, int] = {}
+        self._logs: dict[tuple[str, str], int] = {}
+        self._profiles: dict[tuple[str, str, str], int] = {}
+        self._names: dict[str, int] = {}
+        self._extras: dict[str, int] = {}
+        self._heads: dict[tuple[Any, ...], bytes] = {}
+        self._tails: dict[tuple[Any, ...], bytes] = {}
+        self._encode = msgspec.msgpack.Encoder().encode
+
+    def _text(self, data: bytes) -> int:
+        ident = text_id(data)
+        self.texts[ident] = data
+        return ident
+
+    def definition(self, d: Definition) -> int:
+        """The text id of a definition's head and tail (call once per distinct definition)."""
+        head_key = (d.language, d.resources, d.runtime_env, d.placement_group)
+        head = self._heads.get(head_key)
+        if head is None:
+            pg = d.placement_group
+            body = orjson.dumps(
+                {
+                    "language": d.language,
+                    "required_resources": Fragment(d.resources),
+                    "runtime_env_info": Fragment(d.runtime_env),
+                    "placement_group_id": pg if pg and not is_nil(pg) else None,
+                }
+            )
+            head = self._heads[head_key] = body[:-1] + b',"events":'
+        tail_key = (d.call_site, d.labels, d.fallback)
+        tail = self._tails.get(tail_key)
+        if tail is None:
+            labels, fallback = Fragment(d.labels), Fragment(d.fallback)
+            body = orjson.dumps({"call_site": d.call_site, "label_selector": labels, "fallback_strategy": fallback})
+            tail = self._tails[tail_key] = b"," + body[1:]
+        data = head + b"\0" + tail  # orjson never writes a raw NUL
+        found = self._definitions.get(data)
+        if found is None:
+            found = self._definitions[data] = self._text(data)
+        return found
+
+    def log(self, log: LogInfo) -> list[Any]:
+        key = (log[0], log[3])
+        ident = self._logs.get(key)
+        if ident is None:
+            ident = self._logs[key] = self._text(orjson.dumps(key))
+        return [ident, log[1], log[2], log[4], log[5]]
+
+    def profile(self, prof: Profile) -> list[Any]:
+        key = (prof.component_type, prof.component_id, prof.node_ip)
+        head = self._profiles.get(key)
+        if head is None:
+            body = orjson.dumps({"component_type": key[0], "component_id": key[1], "node_ip_address": key[2]})
+            head = self._profiles[key] = self._text(body[:-1] + b',"events":')
+        flat: list[Any] = []
+        names, extras = self._names, self._extras
+        for (name, start, end), extra in prof.events.items():
+            name_id = names.get(name)
+            if name_id is None:
+                name_id = names[name] = self._text(orjson.dumps(name))
+            extra_id = extras.get(extra)
+            if extra_id is None:
+                extra_id = extras[extra] = self._text(_normal_json(extra))
+            flat += (name_id, start / 1_000_000, end / 1_000_000, extra_id)
+        return [head, flat]
+
+    def encode(self, fields: list[Any]) -> bytes:
+        """The stored form of ``[definition, transitions, log, error_message,
+        is_debugger_paused, profile]`` (see the module's docstring); pops trailing nulls."""
+        while fields and fields[-1] is None:
+            fields.pop()
+        return self._encode(fields)
+
+
+def _events(transitions: list[Any]) -> tuple[bytes, bytes, bytes, bytes]:
+    """The ``events`` JSON of stored transitions and the creation, start and end times
+    as the build computed them: the first PENDING_ARGS_AVAIL, the first RUNNING, the
+    last FINISHED or FAILED (``%d.0`` is how orjson writes these floats: |ms| < 1e16)."""
+    creation = start = end = _NULL
+    parts = []
+    for item in transitions:
+        if type(item) is int:
+            rank, ms = item & _RANK_MASK, item >> RANK_BITS
+            part = b"%d.0" % ms
+            parts.append(_EVENT_HEADS[rank] + part + b"}")
+            kind = _KNOWN_KINDS[rank]
+        else:
+            part = b"%d.0" % item[0]
+            parts.append(orjson.dumps({"state": item[1]})[:-1] + b',"created_ms":' + part + b"}")
+            kind = KINDS.get(item[1], 0)
+        if kind == CREATED:
+            if creation is _NULL:
+                creation = part
+        elif kind == RUNNING:
+            if start is _NULL:
+                start = part
+        elif kind == ENDED:
+            end = part
+    return b"[" + b",".join(parts) + b"]", creation, start, end
+
+
+def _normal_json(text: str) -> bytes:
+    """Profile extra data as the State API answers it: re-encoded JSON, ``{}`` when unparsable."""
+    try:
+        return orjson.dumps(orjson.loads(text))
+    except orjson.JSONDecodeError:
+        return b"{}"
+
+
+class DetailRenderer:
+    """Stored detail fields to the detail-only JSON; ``load(text_id)`` fetches a text
+    the first time a row needs it (a page of rows shares most of them)."""
+
+    def __init__(self, load: Callable[[int], bytes | None]) -> None:
+        self._load = load
+        self._defs: dict[int, tuple[bytes, bytes]] = {}
+        self._logs: dict[int, bytes] = {}  # the JSON of a log's file names, up to stdout_start
+        self._texts: dict[int, bytes] = {}
+        self._decode = msgspec.msgpack.Decoder().decode
+
+    def _text(self, ident: int) -> bytes:
+        found = self._texts.get(ident)
+        if found is None:
+            found = self._load(ident)
+            if found is None:
+                raise ValueError(f"stored task detail names text {ident}, which the index does not hold")
+            self._texts[ident] = found
+        return found
+
+    def __call__(self, stored: bytes) -> bytes:
+        if not stored or stored[0] == _PLAIN:
+            return stored
+        fields = self._decode(stored)
+        fields += [None] * (6 - len(fields))
+        definition, transitions, log, error_message, debugger, profile = fields
+        if definition:
+            pair = self._defs.get(definition)
+            if pair is None:
+                head, _, tail = self._text(definition).partition(b"\0")
+                pair = self._defs[definition] = (head, tail)
+            head, tail = pair
+        else:
+            head, tail = _NO_DEF_HEAD, _NO_DEF_TAIL
+        events, creation, start, end = _events(transitions) if transitions else (b"[]", _NULL, _NULL, _NULL)
+        middle = _MIDDLE % (
+            creation,
+            start,
+            end,
+            _NULL if log is None else self._log_info(log),
+            _NULL if error_message is None else orjson.dumps(error_message),
+            _FLAGS[debugger],
+        )
+        profiled = b"" if profile is None else b',"profiling_data":' + self._profile(profile)
+        return b"".join((head, events, profiled, middle, tail))
+
+    def _log_info(self, log: list[Any]) -> bytes:
+        prefix = self._logs.get(log[0])
+        if prefix is None:
+            out, err = orjson.loads(self._text(log[0]))
+            files = orjson.dumps({"stdout_file": out, "stderr_file": err})
+            prefix = self._logs[log[0]] = files[:-1] + b',"stdout_start":'
+        return _LOG_OFFSETS % (prefix, log[1], log[2], log[3], log[4])
+
+    def _profile(self, profile: list[Any]) -> bytes:
+        head, flat = profile
+        text = self._text
+        events = [
+            {
+                "start_time": flat[n + 1],
+                "end_time": flat[n + 2],
+                "extra_data": Fragment(text(flat[n + 3])),
+                "event_name": Fragment(text(flat[n])),
+            }
+            for n in range(0, len(flat), 4)
+        ]
+        return text(head) + orjson.dumps(events) + b"}"
