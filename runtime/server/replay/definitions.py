@@ -59,15 +59,3 @@ def snake_keys(value: object) -> object:
     if isinstance(value, list):
         return [snake_keys(v) for v in value]
     return value
-
-
-def wide_ints_as_floats(value: object) -> object:
-    """``value`` with every int beyond 64 bits as a float, as ``orjson.loads`` reads
-    such a number (msgspec keeps it an int, which ``orjson.dumps`` refuses)."""
-    if isinstance(value, dict):
-        return {k: wide_ints_as_floats(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [wide_ints_as_floats(v) for v in value]
-    if type(value) is int and not -(1 << 63) <= value < 1 << 64:
-        return float(value)
-    return value

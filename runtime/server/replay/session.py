@@ -25,6 +25,7 @@ from runtime.server.replay.task_events import (
     LifecycleEvent,
     ProfileEvent,
     TaskEvent,
+    definition_from_dict,
     lifecycle_from_dict,
 )
 from runtime.server.replay.task_failures import FailureContext, WorkerDeaths
@@ -77,8 +78,14 @@ class SessionReplay:
         self._seen: set[int] = set()
         tasks = self.tasks
         self._task_handlers: dict[object, tuple[str, TaskHandler]] = {
-            "TASK_DEFINITION_EVENT": ("taskDefinitionEvent", tasks.definition),
-            "ACTOR_TASK_DEFINITION_EVENT": ("actorTaskDefinitionEvent", lambda p, m: tasks.definition(p, m, True)),
+            "TASK_DEFINITION_EVENT": (
+                "taskDefinitionEvent",
+                lambda p, m: tasks.definition(definition_from_dict(p), m, typed=False),
+            ),
+            "ACTOR_TASK_DEFINITION_EVENT": (
+                "actorTaskDefinitionEvent",
+                lambda p, m: tasks.definition(definition_from_dict(p), m, True, typed=False),
+            ),
             "TASK_LIFECYCLE_EVENT": ("taskLifecycleEvent", lambda p, m: tasks.lifecycle(lifecycle_from_dict(p), m)),
             "TASK_PROFILE_EVENT": ("taskProfileEvents", tasks.profile),
         }

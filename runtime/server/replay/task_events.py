@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import orjson
 
 
 class Transition(msgspec.Struct):
@@ -56,6 +57,43 @@ class _TypedLifecycle(LifecyclePayload, rename="camel"):
     state_transitions: list[Transition] | None = None
 
 
+class DefinitionPayload(msgspec.Struct, rename="camel"):
+    """A ``taskDefinitionEvent`` or ``actorTaskDefinitionEvent``: the fields the replay
+    reads. The nested maps stay undecoded JSON (an empty :class:`msgspec.Raw` when
+    absent): most tasks share them, so the handler maps each distinct text once
+    instead of building and re-encoding the same dicts per task. The fields typed
+    ``str | None`` are checked when decoded here (anything else sends the blob down
+    the dict path) and unchecked when converted from a dict."""
+
+    task_id: Any = None
+    task_attempt: Any = None
+    task_type: str | None = None
+    language: str | None = None
+    task_func: msgspec.Raw = msgspec.Raw()
+    actor_func: msgspec.Raw = msgspec.Raw()
+    task_name: Any = None
+    actor_task_name: Any = None
+    required_resources: msgspec.Raw = msgspec.Raw()
+    job_id: str | None = None
+    parent_task_id: str | None = None
+    placement_group_id: str | None = None
+    serialized_runtime_env: str | None = None
+    label_selector: msgspec.Raw = msgspec.Raw()
+    fallback_strategy: msgspec.Raw = msgspec.Raw()
+    call_site: str | None = None
+    actor_id: str | None = None
+
+
+#: DefinitionPayload's fields that stay raw JSON, by their names in an event.
+_RAW_FIELDS = {
+    "taskFunc": "task_func",
+    "actorFunc": "actor_func",
+    "requiredResources": "required_resources",
+    "labelSelector": "label_selector",
+    "fallbackStrategy": "fallback_strategy",
+}
+
+
 class _Event(msgspec.Struct, tag_field="eventType", rename="camel"):
     event_id: Any = None
 
@@ -65,11 +103,11 @@ class LifecycleEvent(_Event, tag="TASK_LIFECYCLE_EVENT", rename="camel"):
 
 
 class DefinitionEvent(_Event, tag="TASK_DEFINITION_EVENT", rename="camel"):
-    payload: dict[str, Any] | None = msgspec.field(default=None, name="taskDefinitionEvent")
+    payload: DefinitionPayload | None = msgspec.field(default=None, name="taskDefinitionEvent")
 
 
 class ActorTaskDefinitionEvent(_Event, tag="ACTOR_TASK_DEFINITION_EVENT", rename="camel"):
-    payload: dict[str, Any] | None = msgspec.field(default=None, name="actorTaskDefinitionEvent")
+    payload: DefinitionPayload | None = msgspec.field(default=None, name="actorTaskDefinitionEvent")
 
 
 class ProfileEvent(_Event, tag="TASK_PROFILE_EVENT", rename="camel"):
@@ -136,4 +174,26 @@ def lifecycle_from_dict(payload: dict[str, Any]) -> LifecyclePayload:
         ray_error_info=get("rayErrorInfo"),
         is_debugger_paused=get("isDebuggerPaused"),
         actor_repr_name=get("actorReprName"),
+    )
+
+
+def definition_from_dict(payload: dict[str, Any]) -> DefinitionPayload:
+    """A dict-decoded definition payload as the handler's shape: the nested maps
+    re-encoded (orjson reads them back to the values they were)."""
+    get = payload.get
+    raw = {field: msgspec.Raw(orjson.dumps(payload[key])) for key, field in _RAW_FIELDS.items() if key in payload}
+    return DefinitionPayload(
+        task_id=get("taskId"),
+        task_attempt=get("taskAttempt"),
+        task_type=get("taskType"),
+        language=get("language"),
+        task_name=get("taskName"),
+        actor_task_name=get("actorTaskName"),
+        job_id=get("jobId"),
+        parent_task_id=get("parentTaskId"),
+        placement_group_id=get("placementGroupId"),
+        serialized_runtime_env=get("serializedRuntimeEnv"),
+        call_site=get("callSite"),
+        actor_id=get("actorId"),
+        **raw,
     )

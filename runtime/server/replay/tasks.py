@@ -17,6 +17,7 @@ from __future__ import annotations
 from array import array
 from typing import Any, cast
 
+import msgspec
 import orjson
 
 from runtime.server.replay.attempt import (
@@ -34,9 +35,9 @@ from runtime.server.replay.attempt import (
     merge_log_info,
     seen_before,
 )
-from runtime.server.replay.definitions import func_name, profile_func, runtime_env_info, snake_keys, wide_ints_as_floats
+from runtime.server.replay.definitions import func_name, profile_func, runtime_env_info, snake_keys
 from runtime.server.replay.ids import IdCache, hex_id
-from runtime.server.replay.task_events import LifecyclePayload, Transition
+from runtime.server.replay.task_events import DefinitionPayload, LifecyclePayload, Transition
 from runtime.server.replay.timestamps import INT64_MAX, INT64_MIN, NANOS_LEN, SECOND_NS, to_int, ts_ns
 
 
@@ -53,6 +54,7 @@ class TaskTable:
         self._ids = ids
         self.base_ns = base_ns
         self._templates: dict[tuple[Any, ...], Definition] = {}  # keyed by the plain tuple of its fields
+        self._raw_templates: dict[tuple[Any, ...], Definition] = {}  # keyed by the event's own fields
         self._names: dict[str, str] = {}
         self._attempts: dict[object, Attempt] = {}
         self._codes: dict[object, int] = {name: rank for rank, name in enumerate(TASK_STATES)}
@@ -73,21 +75,39 @@ class TaskTable:
             state = self._attempts[key] = Attempt()
         return state
 
-    def definition(self, payload: dict[str, Any], marker: int | None = None, actor_task: bool = False) -> int:
-        raw = payload.get("taskId")
+    def definition(
+        self, payload: DefinitionPayload, marker: int | None = None, actor_task: bool = False, typed: bool = True
+    ) -> int:
+        """``typed``: decoded by :mod:`~runtime.server.replay.task_events` (its scalar
+        fields are strings or None), so the event's raw fields can key the template."""
+        p = payload
+        raw = p.task_id
         if not raw or type(raw) is not str:
             return BAD
-        state = self._attempt(raw, payload.get("taskAttempt") or 0)
+        state = self._attempt(raw, p.task_attempt or 0)
         if seen_before(state, marker):
             return DUPLICATE
-        fields = self._definition(payload, actor_task)
-        shared = self._templates.get(fields)
+        key: tuple[Any, ...] | None = None
+        shared = None
+        if typed:  # most tasks share a definition: skip decoding its maps again
+            func = p.actor_func if actor_task else p.task_func
+            key = (
+                actor_task, p.task_type, p.language, bytes(func), bytes(p.required_resources),
+                p.actor_id, p.parent_task_id, p.placement_group_id, p.serialized_runtime_env, p.call_site,
+                bytes(p.label_selector), bytes(p.fallback_strategy), p.job_id,
+            )  # fmt: skip
+            shared = self._raw_templates.get(key)
         if shared is None:
-            shared = Definition._make(fields)
-            if len(self._templates) < _TEMPLATES_LIMIT:
-                self._templates[fields] = shared
+            fields = self._definition(p, actor_task)
+            shared = self._templates.get(fields)
+            if shared is None:
+                shared = Definition._make(fields)
+                if len(self._templates) < _TEMPLATES_LIMIT:
+                    self._templates[fields] = shared
+            if key is not None and len(self._raw_templates) < _TEMPLATES_LIMIT:
+                self._raw_templates[key] = shared
         state.definition = shared
-        name = payload.get("actorTaskName" if actor_task else "taskName")
+        name = p.actor_task_name if actor_task else p.task_name
         name = name if type(name) is str else str(name or "")
         shared_name = self._names.get(name)
         if shared_name is None:
@@ -278,10 +298,7 @@ class TaskTable:
         return found
 
     def _frag(self, value: object) -> bytes:
-        try:
-            data = orjson.dumps(value)
-        except orjson.JSONEncodeError:  # an int beyond 64 bits (msgspec keeps it; orjson.loads gives a float)
-            data = orjson.dumps(wide_ints_as_floats(value))
+        data = orjson.dumps(value)
         found = self._frags.get(data)
         if found is None:
             self._frags[data] = found = data
@@ -294,30 +311,30 @@ class TaskTable:
             found = self._envs[text] = runtime_env_info(text)
         return found
 
-    def _definition(self, p: dict[str, Any], actor_task: bool) -> tuple[Any, ...]:
+    def _definition(self, p: DefinitionPayload, actor_task: bool) -> tuple[Any, ...]:
         """The :class:`Definition` fields of a definition event, as a plain tuple."""
         ids = self._ids
         if actor_task:
-            task_type, func, actor = "ACTOR_TASK", p.get("actorFunc"), p.get("actorId")
+            task_type, func, actor = "ACTOR_TASK", p.actor_func, p.actor_id
         else:
-            task_type, func, actor = str(p.get("taskType") or ""), p.get("taskFunc"), None
-        resources = p.get("requiredResources")
-        labels = p.get("labelSelector")
-        fallback = p.get("fallbackStrategy")
-        call_site = p.get("callSite")
+            task_type, func, actor = str(p.task_type or ""), p.task_func, None
+        resources = _loads(p.required_resources)
+        labels = _loads(p.label_selector)
+        fallback = _loads(p.fallback_strategy)
+        call_site = p.call_site
         return (
             self._intern(task_type),
-            self._intern(str(p.get("language") or "")),
-            self._intern(func_name(func)),
+            self._intern(str(p.language or "")),
+            self._intern(func_name(_loads(func))),
             self._frag(resources) if isinstance(resources, dict) else b"{}",
             ids(actor) if actor else "",
-            ids(p.get("parentTaskId")),
-            ids(p.get("placementGroupId")),
-            self._env(p.get("serializedRuntimeEnv")),
+            ids(p.parent_task_id),
+            ids(p.placement_group_id),
+            self._env(p.serialized_runtime_env),
             str(call_site) if call_site else None,
             self._frag(labels) if isinstance(labels, dict) else b"{}",
             self._frag(snake_keys(fallback)) if isinstance(fallback, dict) and fallback else _NO_FALLBACK,
-            ids(p.get("jobId")),
+            ids(p.job_id),
         )
 
     # -------------------------------------------------------------- results
@@ -340,6 +357,19 @@ class TaskTable:
 
 
 _NO_FALLBACK = b'{"options":[]}'
+
+
+def _loads(raw: msgspec.Raw) -> Any:
+    """A raw JSON field's value as ``orjson.loads`` reads it (None when absent or
+    beyond orjson, such as ``1e999``, which the dict path rejects with its line)."""
+    if not raw:
+        return None
+    try:
+        return orjson.loads(bytes(raw))
+    except orjson.JSONDecodeError:
+        return None
+
+
 _TEMPLATES_LIMIT = 1 << 16
 
 

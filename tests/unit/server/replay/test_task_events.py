@@ -91,7 +91,7 @@ def test_the_routers_line_count_stands_in_for_counting() -> None:
 def test_non_ascii_utf8_stays_on_the_typed_path() -> None:
     events = decode_task_blob(blob(definition(name="tâche ✓"), lifecycle(states=(("RUNNING", ts(3)),))))
     assert events is not None and events[0].payload is not None
-    assert events[0].payload["taskName"] == "tâche ✓"
+    assert events[0].payload.task_name == "tâche ✓"  # type: ignore[union-attr]
 
 
 def test_an_out_of_range_number_in_an_unread_field_is_the_one_difference() -> None:
@@ -197,3 +197,27 @@ def test_numbers_beyond_64_bits_neither_crash_nor_differ_between_paths(tmp_path:
     shard = TaskShard()
     shard.feed_blob(data)
     assert write_shards(conn, [shard]).tasks == 1
+
+
+def test_a_definitions_maps_stay_raw_and_render_as_the_dict_path_does() -> None:
+    """Nested maps are kept as the event's JSON text and mapped once per distinct
+    text: spacing does not reach the answer, and numbers keep their JSON type."""
+    spaced = blob(definition(requiredResources={"CPU": 1, "GPU": 0.5})).replace(
+        b'"requiredResources":{"CPU":1,"GPU":0.5}', b'"requiredResources": { "CPU" : 1 , "GPU": 0.5 }'
+    )
+    assert b'"CPU" : 1' in spaced
+    other = blob(definition(task="Qw+iitRiKD////////////////8CAAAA", name="other", requiredResources={"CPU": 1.0}))
+    shard = TaskShard()
+    shard.feed_blob(spaced + b"\n" + other)
+    renderer = shard.renderer()
+    details = {row[4]: renderer.detail_json(row) for row in renderer.rows(ordered=True)}
+    assert b'"required_resources":{"CPU":1,"GPU":0.5}' in details["parent-task"]
+    assert b'"required_resources":{"CPU":1.0}' in details["other"]
+    assert one([orjson.loads(spaced)])["required_resources"] == {"CPU": 1, "GPU": 0.5}  # both paths
+
+
+def test_a_definition_with_a_non_text_field_takes_the_dict_path() -> None:
+    odd = definition(language=5, callSite=["x"])
+    assert decode_task_blob(blob(odd)) is None
+    task = one([odd, owner()])  # both paths, compared
+    assert task["language"] == "5" and task["call_site"] == "['x']"
