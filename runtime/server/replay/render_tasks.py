@@ -14,12 +14,13 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from itertools import accumulate
 from typing import Any
 
 import orjson
 
 from runtime.server.replay.attempt import STATE_BITS, STATE_MASK, TASK_STATES
-from runtime.server.replay.task_detail import CREATED, ENDED, KINDS, RANK_BITS, RUNNING, DetailEncoder, DetailRenderer
+from runtime.server.replay.task_detail import CREATED, ENDED, KINDS, RUNNING, DetailEncoder, DetailRenderer
 from runtime.server.replay.task_failures import FailureContext, GcsFailure
 from runtime.server.replay.tasks import TaskTable
 
@@ -122,13 +123,17 @@ class TaskRenderer:
                     err = (gcs.error_type, gcs.message)
             state = ""
             creation = start = end = None
-            transitions = None
+            transitions: list[Any] | None = None
             if codes:
-                transitions = []
+                ranks = bytearray()
+                transitions = [ranks]  # the ranks, then the first ms and the steps to the next
+                previous = 0
                 for code in codes:
                     low = code & STATE_MASK
                     ms = ((code >> STATE_BITS) + base) // 1_000_000
-                    transitions.append((ms << RANK_BITS) | low if low < known else [ms, names[low]])
+                    ranks.append(low)
+                    transitions.append(ms - previous)
+                    previous = ms
                     kind = kinds[low]
                     if kind:
                         if kind == CREATED:
@@ -139,6 +144,11 @@ class TaskRenderer:
                                 start = ms
                         else:
                             end = ms
+                if max(ranks) >= known:  # a state Ray 2.60 does not know: by name
+                    times = accumulate(transitions[1:])
+                    transitions = [[ms, names[rank]] for rank, ms in zip(ranks, times, strict=True)]
+                else:
+                    transitions[0] = bytes(ranks)
                 state = names[codes[-1] & STATE_MASK]
                 if codes[-1] > top:
                     top = codes[-1]

@@ -16,9 +16,11 @@ it) or a msgpack array, trailing nulls dropped::
 
 * ``definition``: the text id of the definition's JSON head and tail (``NUL``
   between them; 0: no definition event);
-* ``transitions``: ``ms << 6 | rank`` per transition, oldest first, the rank in
-  :data:`~runtime.server.replay.attempt.TASK_STATES`; ``[ms, name]`` for a state
-  Ray 2.60 does not know;
+* ``transitions``, oldest first: ``[ranks, ms, step, step, ...]``, ``ranks`` one
+  byte per transition, its rank in :data:`~runtime.server.replay.attempt.TASK_STATES`
+  (a request renders a whole sequence of ranks, shared by most tasks, with one
+  format), then the first transition's ms and the ms from each to the next; or
+  ``[[ms, name], ...]`` when a state is one Ray 2.60 does not know;
 * ``log``: ``[text id of [stdout_file, stderr_file], stdout_start, stdout_end,
   stderr_start, stderr_end]``;
 * ``profile``: ``[text id of its JSON head, [event name's text id, start_time,
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from itertools import accumulate
 from typing import Any
 
 import msgspec
@@ -44,9 +47,6 @@ from runtime.server.replay.attempt import TASK_STATES, Definition, LogInfo, Prof
 from runtime.server.replay.ids import is_nil
 
 Fragment = orjson.Fragment
-#: The rank bits of a stored transition (as in :mod:`runtime.server.replay.attempt`).
-RANK_BITS = 6
-_RANK_MASK = (1 << RANK_BITS) - 1
 _PLAIN = ord("{")
 _NULL = b"null"
 _FLAGS = {None: _NULL, True: b"true", False: b"false"}
@@ -150,22 +150,30 @@ class DetailEncoder:
         return self._encode(fields)
 
 
-def _events(transitions: list[Any]) -> tuple[bytes, bytes, bytes, bytes]:
-    """The ``events`` JSON of stored transitions and the creation, start and end times
-    as the build computed them: the first PENDING_ARGS_AVAIL, the first RUNNING, the
-    last FINISHED or FAILED (``%d.0`` is how orjson writes these floats: |ms| < 1e16)."""
+def _shape(ranks: bytes) -> tuple[bytes, int, int, int]:
+    """The ``events`` JSON of a sequence of ranks with ``%d`` for each ms, and the
+    positions of the creation, start and end times in it (-1: none)."""
+    parts = [_EVENT_HEADS[rank] + b"%d.0}" for rank in ranks]
+    created = running = ended = -1
+    for n, rank in enumerate(ranks):
+        kind = _KNOWN_KINDS[rank]
+        if kind == CREATED and created < 0:
+            created = n
+        elif kind == RUNNING and running < 0:
+            running = n
+        elif kind == ENDED:
+            ended = n
+    return b"[" + b",".join(parts) + b"]", created, running, ended
+
+
+def _named_events(transitions: list[Any]) -> tuple[bytes, bytes, bytes, bytes]:
+    """The ``events`` JSON of ``[[ms, name], ...]`` and its creation, start and end times."""
     creation = start = end = _NULL
     parts = []
-    for item in transitions:
-        if type(item) is int:
-            rank, ms = item & _RANK_MASK, item >> RANK_BITS
-            part = b"%d.0" % ms
-            parts.append(_EVENT_HEADS[rank] + part + b"}")
-            kind = _KNOWN_KINDS[rank]
-        else:
-            part = b"%d.0" % item[0]
-            parts.append(orjson.dumps({"state": item[1]})[:-1] + b',"created_ms":' + part + b"}")
-            kind = KINDS.get(item[1], 0)
+    for ms, name in transitions:
+        part = b"%d.0" % ms
+        parts.append(orjson.dumps({"state": name})[:-1] + b',"created_ms":' + part + b"}")
+        kind = KINDS.get(name, 0)
         if kind == CREATED:
             if creation is _NULL:
                 creation = part
@@ -194,6 +202,7 @@ class DetailRenderer:
         self._defs: dict[int, tuple[bytes, bytes]] = {}
         self._logs: dict[int, bytes] = {}  # the JSON of a log's file names, up to stdout_start
         self._texts: dict[int, bytes] = {}
+        self._shapes: dict[bytes, tuple[bytes, int, int, int]] = {}
         self._decode = msgspec.msgpack.Decoder().decode
 
     def _text(self, ident: int) -> bytes:
@@ -219,7 +228,21 @@ class DetailRenderer:
             head, tail = pair
         else:
             head, tail = _NO_DEF_HEAD, _NO_DEF_TAIL
-        events, creation, start, end = _events(transitions) if transitions else (b"[]", _NULL, _NULL, _NULL)
+        if not transitions:
+            events, creation, start, end = b"[]", _NULL, _NULL, _NULL
+        elif type(transitions[0]) is bytes:
+            shape = self._shapes.get(transitions[0])
+            if shape is None:
+                shape = self._shapes[transitions[0]] = _shape(transitions[0])
+            template, created, running, ended = shape
+            times = tuple(accumulate(transitions[1:]))
+            events = template % times
+            # %d.0 is how orjson writes these floats (|ms| < 1e16)
+            creation = b"%d.0" % times[created] if created >= 0 else _NULL
+            start = b"%d.0" % times[running] if running >= 0 else _NULL
+            end = b"%d.0" % times[ended] if ended >= 0 else _NULL
+        else:
+            events, creation, start, end = _named_events(transitions)
         middle = _MIDDLE % (
             creation,
             start,
