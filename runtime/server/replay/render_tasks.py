@@ -14,13 +14,13 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from itertools import accumulate
+from operator import sub
 from typing import Any
 
 import orjson
 
 from runtime.server.replay.attempt import STATE_BITS, STATE_MASK, TASK_STATES
-from runtime.server.replay.task_detail import CREATED, ENDED, KINDS, RUNNING, DetailEncoder, DetailRenderer
+from runtime.server.replay.task_detail import ENDED, KINDS, DetailEncoder, DetailRenderer, time_positions
 from runtime.server.replay.task_failures import FailureContext, GcsFailure
 from runtime.server.replay.tasks import TaskTable
 
@@ -111,6 +111,8 @@ class TaskRenderer:
         failures = self._failures
         failed = names.index("FAILED")
         definitions: dict[int, int] = {}
+        # per sequence of ranks (most tasks share one): where its times are, and whether it goes by name
+        shapes: dict[bytes, tuple[int, int, int, bool]] = {}
         for task_id, attempt, st in self._table.attempts(ordered):
             d = st.definition
             codes = sorted(st.transitions) if st.transitions else None
@@ -126,29 +128,25 @@ class TaskRenderer:
             transitions: list[Any] | None = None
             if codes:
                 ranks = bytearray()
-                transitions = [ranks]  # the ranks, then the first ms and the steps to the next
-                previous = 0
+                times = []
                 for code in codes:
-                    low = code & STATE_MASK
-                    ms = ((code >> STATE_BITS) + base) // 1_000_000
-                    ranks.append(low)
-                    transitions.append(ms - previous)
-                    previous = ms
-                    kind = kinds[low]
-                    if kind:
-                        if kind == CREATED:
-                            if creation is None:
-                                creation = ms
-                        elif kind == RUNNING:
-                            if start is None:
-                                start = ms
-                        else:
-                            end = ms
-                if max(ranks) >= known:  # a state Ray 2.60 does not know: by name
-                    times = accumulate(transitions[1:])
-                    transitions = [[ms, names[rank]] for rank, ms in zip(ranks, times, strict=True)]
-                else:
-                    transitions[0] = bytes(ranks)
+                    ranks.append(code & STATE_MASK)
+                    times.append(((code >> STATE_BITS) + base) // 1_000_000)
+                sequence = bytes(ranks)
+                shape = shapes.get(sequence)
+                if shape is None:
+                    shape = shapes[sequence] = (
+                        *time_positions(kinds[rank] for rank in sequence),
+                        max(sequence) >= known,  # a state Ray 2.60 does not know: stored by name
+                    )
+                created, running, ended, by_name = shape
+                creation = times[created] if created >= 0 else None
+                start = times[running] if running >= 0 else None
+                end = times[ended] if ended >= 0 else None
+                if by_name:
+                    transitions = [[ms, names[rank]] for rank, ms in zip(sequence, times, strict=True)]
+                else:  # the ranks, then the first ms and the steps to the next
+                    transitions = [sequence, times[0], *map(sub, times[1:], times)]
                 state = names[codes[-1] & STATE_MASK]
                 if codes[-1] > top:
                     top = codes[-1]

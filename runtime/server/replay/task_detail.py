@@ -36,7 +36,7 @@ garble that session's task details.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import accumulate
 from typing import Any
 
@@ -150,39 +150,40 @@ class DetailEncoder:
         return self._encode(fields)
 
 
-def _shape(ranks: bytes) -> tuple[bytes, int, int, int]:
-    """The ``events`` JSON of a sequence of ranks with ``%d`` for each ms, and the
-    positions of the creation, start and end times in it (-1: none)."""
-    parts = [_EVENT_HEADS[rank] + b"%d.0}" for rank in ranks]
+def time_positions(kinds: Iterable[int]) -> tuple[int, int, int]:
+    """Among transitions (oldest first) of these :data:`KINDS`, the positions of the
+    one giving the creation time (the first PENDING_ARGS_AVAIL), the start time (the
+    first RUNNING) and the end time (the last FINISHED or FAILED); -1: none."""
     created = running = ended = -1
-    for n, rank in enumerate(ranks):
-        kind = _KNOWN_KINDS[rank]
-        if kind == CREATED and created < 0:
-            created = n
-        elif kind == RUNNING and running < 0:
-            running = n
+    for n, kind in enumerate(kinds):
+        if kind == CREATED:
+            if created < 0:
+                created = n
+        elif kind == RUNNING:
+            if running < 0:
+                running = n
         elif kind == ENDED:
             ended = n
-    return b"[" + b",".join(parts) + b"]", created, running, ended
+    return created, running, ended
+
+
+def _shape(ranks: bytes) -> tuple[bytes, int, int, int]:
+    """The ``events`` JSON of a sequence of ranks with ``%d`` for each ms, and the
+    positions of the creation, start and end times in it."""
+    parts = [_EVENT_HEADS[rank] + b"%d.0}" for rank in ranks]
+    return b"[" + b",".join(parts) + b"]", *time_positions(_KNOWN_KINDS[rank] for rank in ranks)
 
 
 def _named_events(transitions: list[Any]) -> tuple[bytes, bytes, bytes, bytes]:
     """The ``events`` JSON of ``[[ms, name], ...]`` and its creation, start and end times."""
-    creation = start = end = _NULL
-    parts = []
-    for ms, name in transitions:
-        part = b"%d.0" % ms
-        parts.append(orjson.dumps({"state": name})[:-1] + b',"created_ms":' + part + b"}")
-        kind = KINDS.get(name, 0)
-        if kind == CREATED:
-            if creation is _NULL:
-                creation = part
-        elif kind == RUNNING:
-            if start is _NULL:
-                start = part
-        elif kind == ENDED:
-            end = part
-    return b"[" + b",".join(parts) + b"]", creation, start, end
+    parts = [b"%d.0" % ms for ms, _ in transitions]
+    events = b",".join(
+        orjson.dumps({"state": name})[:-1] + b',"created_ms":' + part + b"}"
+        for part, (_, name) in zip(parts, transitions, strict=True)
+    )
+    positions = time_positions(KINDS.get(name, 0) for _, name in transitions)
+    creation, start, end = (parts[n] if n >= 0 else _NULL for n in positions)
+    return b"[" + events + b"]", creation, start, end
 
 
 def _normal_json(text: str) -> bytes:

@@ -254,8 +254,12 @@ def test_profile_function_name_when_no_definition() -> None:
 
 
 def test_unknown_state_from_a_newer_ray_is_kept() -> None:
-    task = one([lifecycle(states=(("PENDING_ARGS_AVAIL", ts(1)), ("SOME_NEW_STATE", ts(2))))])
-    assert task["state"] == "SOME_NEW_STATE"
+    task = one([lifecycle(states=(("PENDING_ARGS_AVAIL", ts(1)), ("SOME_NEW_STATE", ts(2)), ("RUNNING", ts(3))))])
+    known = one([lifecycle(states=(("PENDING_ARGS_AVAIL", ts(1)), ("RUNNING", ts(3))))])
+    assert task["state"] == "RUNNING" and [e["state"] for e in task["events"]][1] == "SOME_NEW_STATE"
+    # stored by name, its times are those of the same known transitions
+    assert (task["creation_time_ms"], task["start_time_ms"]) == (known["creation_time_ms"], known["start_time_ms"])
+    assert task["creation_time_ms"] is not None and task["start_time_ms"] is not None
 
 
 def test_other_timestamp_precisions_are_understood() -> None:
