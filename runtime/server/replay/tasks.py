@@ -104,7 +104,7 @@ class TaskTable:
                 shared = Definition._make(fields)
                 if len(self._templates) < _TEMPLATES_LIMIT:
                     self._templates[fields] = shared
-            if key is not None and len(self._raw_templates) < _TEMPLATES_LIMIT:
+            if key is not None and len(self._raw_templates) < _RAW_TEMPLATES_LIMIT:
                 self._raw_templates[key] = shared
         state.definition = shared
         name = p.actor_task_name if actor_task else p.task_name
@@ -371,6 +371,9 @@ def _loads(raw: msgspec.Raw) -> Any:
 
 
 _TEMPLATES_LIMIT = 1 << 16
+#: Raw keys hold the maps' JSON text: fewer of them (a session has tens of distinct
+#: definitions; one with a call site per task would only fill this cache).
+_RAW_TEMPLATES_LIMIT = 1 << 12
 
 
 def _sort_key(item: tuple[str, int, Attempt]) -> tuple[str, int]:
