@@ -34,10 +34,26 @@ class Transition(msgspec.Struct):
     state: Any = None
 
 
+class TaskLogInfo(msgspec.Struct, rename="camel"):
+    """A ``taskLogInfo``: values unchecked. One with none of these fields (``{}``, or
+    only fields Ray 2.60 does not send) carries nothing: :data:`NO_LOG_INFO`."""
+
+    stdout_file: Any = None
+    stderr_file: Any = None
+    stdout_start: Any = None
+    stdout_end: Any = None
+    stderr_start: Any = None
+    stderr_end: Any = None
+
+
+NO_LOG_INFO = TaskLogInfo()
+
+
 class LifecyclePayload(msgspec.Struct, rename="camel"):
     """A ``taskLifecycleEvent``: the fields the replay reads, values unchecked except
     ``stateTransitions`` (a list of objects when decoded here; anything when
-    converted from a dict)."""
+    converted from a dict) and ``taskLogInfo`` (a :class:`TaskLogInfo` when it is an
+    object; anything else when converted from a dict)."""
 
     task_id: Any = None
     task_attempt: Any = None
@@ -53,8 +69,9 @@ class LifecyclePayload(msgspec.Struct, rename="camel"):
 
 
 class _TypedLifecycle(LifecyclePayload, rename="camel"):
-    # What this module decodes: the transitions must be a list of objects.
+    # What this module decodes: the transitions must be a list of objects, the log info an object.
     state_transitions: list[Transition] | None = None
+    task_log_info: TaskLogInfo | None = None
 
 
 class DefinitionPayload(msgspec.Struct, rename="camel"):
@@ -167,7 +184,7 @@ def lifecycle_from_dict(payload: dict[str, Any]) -> LifecyclePayload:
         task_attempt=get("taskAttempt"),
         job_id=get("jobId"),
         state_transitions=transitions,
-        task_log_info=get("taskLogInfo"),
+        task_log_info=_log_info_from_dict(get("taskLogInfo")),
         node_id=get("nodeId"),
         worker_id=get("workerId"),
         worker_pid=get("workerPid"),
@@ -196,4 +213,13 @@ def definition_from_dict(payload: dict[str, Any]) -> DefinitionPayload:
         call_site=get("callSite"),
         actor_id=get("actorId"),
         **raw,
+    )
+
+
+def _log_info_from_dict(value: object) -> object:
+    if type(value) is not dict:
+        return value
+    get = value.get
+    return TaskLogInfo(
+        get("stdoutFile"), get("stderrFile"), get("stdoutStart"), get("stdoutEnd"), get("stderrStart"), get("stderrEnd")
     )

@@ -37,7 +37,13 @@ from runtime.server.replay.attempt import (
 )
 from runtime.server.replay.definitions import func_name, profile_func, runtime_env_info, snake_keys
 from runtime.server.replay.ids import IdCache, hex_id
-from runtime.server.replay.task_events import DefinitionPayload, LifecyclePayload, Transition
+from runtime.server.replay.task_events import (
+    NO_LOG_INFO,
+    DefinitionPayload,
+    LifecyclePayload,
+    TaskLogInfo,
+    Transition,
+)
 from runtime.server.replay.timestamps import INT64_MAX, INT64_MIN, NANOS_LEN, SECOND_NS, to_int, ts_ns
 
 
@@ -125,6 +131,8 @@ class TaskTable:
             return BAD
         transitions = payload.state_transitions
         log = payload.task_log_info
+        if log is not None and type(log) is TaskLogInfo and log == NO_LOG_INFO:
+            log = None
         if not transitions and not log:
             return BAD
         attempt = payload.task_attempt
@@ -146,7 +154,7 @@ class TaskTable:
             job = payload.job_id
             if job:
                 state.job = self._ids(job)
-        if log and type(log) is dict:
+        if log is not None and type(log) is TaskLogInfo:
             self._merge_log(state, log)
         if not transitions or type(transitions) is not list:
             return APPLIED  # metadata only: never touches state or the carried fields
@@ -234,19 +242,18 @@ class TaskTable:
             self._codes[text] = code
         return code
 
-    def _merge_log(self, state: Attempt, info: dict[str, Any]) -> None:
+    def _merge_log(self, state: Attempt, info: TaskLogInfo) -> None:
         """Ray sends files + start offsets and the end offsets in separate events, in
         either order: a file name sets file and start, a non-zero start sets start,
         an end replaces a zero end or is replaced only by a non-zero one."""
-        get = info.get
-        out_file, err_file = get("stdoutFile"), get("stderrFile")
+        out_file, err_file = info.stdout_file, info.stderr_file
         update: LogInfo = [
-            self._intern(out_file) if out_file else "",
-            to_int(get("stdoutStart")),
-            to_int(get("stdoutEnd")),
-            self._intern(err_file) if err_file else "",
-            to_int(get("stderrStart")),
-            to_int(get("stderrEnd")),
+            self._intern(out_file if type(out_file) is str else str(out_file)) if out_file else "",
+            to_int(info.stdout_start),
+            to_int(info.stdout_end),
+            self._intern(err_file if type(err_file) is str else str(err_file)) if err_file else "",
+            to_int(info.stderr_start),
+            to_int(info.stderr_end),
         ]
         merge_log_info(state, update)
 

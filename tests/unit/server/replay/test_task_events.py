@@ -221,3 +221,21 @@ def test_a_definition_with_a_non_text_field_takes_the_dict_path() -> None:
     assert decode_task_blob(blob(odd)) is None
     task = one([odd, owner()])  # both paths, compared
     assert task["language"] == "5" and task["call_site"] == "['x']"
+
+
+@pytest.mark.parametrize("log", [{}, {"stdoutFd": 3}])
+def test_log_info_without_any_known_field_is_no_log_info(log: dict[str, Any]) -> None:
+    """On both paths: nothing to merge (the task keeps null log info), and an event
+    that carries nothing else is bad."""
+    task = one([definition(), owner(), lifecycle(taskLogInfo=log)])  # both paths, compared
+    assert task["task_log_info"] is None
+    alone = blob(lifecycle(taskLogInfo=log))
+    stray = blob(envelope("NODE_DEFINITION_EVENT", "nodeDefinitionEvent", {}))
+    assert decode_task_blob(alone) is not None
+    assert _shard_outcome(alone)[2] == _shard_outcome(alone + b"\n" + stray)[2] == 1  # bad on either path
+
+
+def test_a_log_file_name_that_is_no_text_is_kept_as_text() -> None:
+    odd = executor(taskLogInfo={"stdoutFile": ["o"], "stderrFile": 7, "stdoutStart": "1"})
+    task = one([definition(), owner(), odd])  # both paths, compared
+    assert task["task_log_info"]["stdout_file"] == "['o']" and task["task_log_info"]["stderr_file"] == "7"
