@@ -76,7 +76,6 @@ class DetailEncoder:
     def __init__(self) -> None:
         self.texts: dict[int, bytes] = {}
         # text ids by what the text is made of, one map per kind of text
-        self._definitions: dict[bytes, int] = {}
         self._logs: dict[tuple[str, str], int] = {}
         self._profiles: dict[tuple[str, str, str], int] = {}
         self._names: dict[str, int] = {}
@@ -111,11 +110,7 @@ class DetailEncoder:
             labels, fallback = Fragment(d.labels), Fragment(d.fallback)
             body = orjson.dumps({"call_site": d.call_site, "label_selector": labels, "fallback_strategy": fallback})
             tail = self._tails[tail_key] = b"," + body[1:]
-        data = head + b"\0" + tail  # orjson never writes a raw NUL
-        found = self._definitions.get(data)
-        if found is None:
-            found = self._definitions[data] = self._text(data)
-        return found
+        return self._text(head + b"\0" + tail)  # orjson never writes a raw NUL
 
     def log(self, log: LogInfo) -> list[Any]:
         key = (log[0], log[3])
