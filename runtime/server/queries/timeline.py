@@ -62,7 +62,6 @@ _SQL = """
 SELECT task_id, attempt, job_id, func_name, actor_id, detail FROM tasks {hint}
 WHERE {where} type != 'DRIVER_TASK'
 """
-_PROFILED = b'"profiling_data":'
 
 
 def profile_rows(index: SessionIndex, job_id: str | None) -> Iterator[ProfileRow]:
@@ -74,9 +73,9 @@ def profile_rows(index: SessionIndex, job_id: str | None) -> Iterator[ProfileRow
     render = index.details()
     for attempts in _newest_first(rows):
         for row in attempts:
-            extra = render(bytes(row[5]))
-            if _PROFILED in extra:
-                yield from _events(row, orjson.loads(extra))
+            stored = bytes(row[5])
+            if render.has_profile(stored):  # most tasks have none: render only those that do
+                yield from _events(row, orjson.loads(render(stored)))
 
 
 def _newest_first(rows: Iterable[tuple[Any, ...]]) -> Iterator[list[tuple[Any, ...]]]:

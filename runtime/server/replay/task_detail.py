@@ -48,6 +48,8 @@ from runtime.server.replay.ids import is_nil
 
 Fragment = orjson.Fragment
 _PLAIN = ord("{")
+_SIX_FIELDS = b"\x96"  # msgpack: an array of 6
+_PROFILED = b'"profiling_data":'
 _NULL = b"null"
 _FLAGS = {None: _NULL, True: b"true", False: b"false"}
 _MIDDLE = (
@@ -209,6 +211,15 @@ class DetailRenderer:
                 raise ValueError(f"stored task detail names text {ident}, which the index does not hold")
             self._texts[ident] = found
         return found
+
+    @staticmethod
+    def has_profile(stored: bytes) -> bool:
+        """Whether a stored detail holds profiling data, without rendering it: the
+        profile is the last field and trailing nulls are dropped, so exactly the
+        six-field arrays (msgpack fixarray 6) hold one."""
+        if stored[:1] == b"{":
+            return _PROFILED in stored
+        return stored[:1] == _SIX_FIELDS
 
     def __call__(self, stored: bytes) -> bytes:
         if not stored or stored[0] == _PLAIN:

@@ -48,6 +48,9 @@ def test_stored_details_are_compact_and_read_back_as_the_answer(tmp_path: Path) 
         brief = orjson.loads(list_tasks(index, TaskQuery(limit=10_000, exclude_driver=False)))
     assert sum(len(r[-1]) for r in stored) * 10 < sum(len(e) for _, e in plain)
     assert all(orjson.dumps(orjson.loads(e)) == e for _, e in plain)  # orjson's own bytes, floats included
+    # the timeline renders only the rows that hold profiling data: told apart without rendering
+    profiled = [b'"profiling_data":' in e for _, e in plain]
+    assert [DetailRenderer.has_profile(r[-1]) for r in stored] == profiled and 100 < sum(profiled) < 2000
     tasks = answer["data"]["result"]["result"]
     assert [orjson.loads(splice_detail(b, e)) for b, e in plain] == tasks
     assert len(tasks) == 2000 and sum(1 for t in tasks if t["task_log_info"]) > 1000
@@ -77,6 +80,7 @@ def test_every_build_stores_identical_rows_and_texts(tmp_path: Path) -> None:
 def test_plain_json_passes_and_a_missing_text_is_an_error() -> None:
     render = DetailRenderer({}.get)
     assert render(b'{"a":1}') == b'{"a":1}'  # as test factories insert it
+    assert not render.has_profile(b'{"a":1}') and render.has_profile(b'{"profiling_data":{}}')
     shard = TaskShard()
     shard.replay.feed(load_events())
     renderer = shard.renderer()
