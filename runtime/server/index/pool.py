@@ -10,6 +10,7 @@ Pipe writes release the GIL, so feeding costs the routing thread little.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import queue
@@ -41,6 +42,21 @@ def python_env() -> dict[str, str]:
     return env
 
 
+#: Linux's default pipe holds 64 KiB: a 1 MiB frame took ~16 writes, each a
+#: wake-up of the worker and a hand-over of the GIL in the builder. 1 MiB is the
+#: default ceiling for an unprivileged process (``/proc/sys/fs/pipe-max-size``).
+PIPE_BYTES = 1 << 20
+
+
+def _widen_pipe(pipe: IO[bytes] | None) -> None:
+    """Best effort: a bigger pipe buffer (Linux only; refused above the system's ceiling)."""
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if pipe is None or set_size is None:
+        return
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(pipe.fileno(), set_size, PIPE_BYTES)
+
+
 class WorkerError(RuntimeError):
     """A shard worker failed; the build cannot complete."""
 
@@ -68,6 +84,7 @@ class WorkerPool:
                 stderr=err,
                 env=env,
             )
+            _widen_pipe(proc.stdin)
             frames: queue.Queue[tuple[int, bytes, int] | None] = queue.Queue(maxsize=queue_frames)
             thread = threading.Thread(target=self._feed, args=(proc, frames), name=f"shard-feed-{n}")
             thread.daemon = True
