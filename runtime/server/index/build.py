@@ -8,10 +8,11 @@
   session, else one worker subprocess per core, each replaying and rendering its
   range into its own SQLite file; shard 0 writes the index file itself (and its
   task indexes) and the others are appended to it in key order. Everything else
-  (actors, jobs, nodes, log events, objects) is replayed here. Workers of a big
-  session spill their input to disk and replay it one bucket (a sixteenth of the
-  ids) at a time (:mod:`runtime.server.index.spill`): their memory is that of a
-  bucket's tasks, not of their whole range.
+  (actors, jobs, nodes, log events, objects) is replayed here. For a big session
+  the builder pipes each worker only the first bucket (a sixteenth of the ids) of
+  its range and spills the others to disk; the worker replays them one at a time
+  (:mod:`runtime.server.index.spill`): its memory is that of a bucket's tasks, not
+  of its whole range.
 * The file is bulk-loaded (no journal, no syncs), secondary indexes are created
   after the rows are in, meta is written last and the file is switched to WAL so
   readers in other processes can use it. Callers build into a temporary path and

@@ -5,6 +5,13 @@ worker ``n`` of ``N`` takes buckets ``[16n/N, 16(n+1)/N)``, an ascending id rang
 Each worker gets a bounded queue: the router never waits on one slow worker while
 the others idle, and memory stays bounded (``queue_frames`` batches per worker).
 Pipe writes release the GIL, so feeding costs the routing thread little.
+
+With ``spill`` (a big session) a worker's writer thread pipes only the first bucket
+of its range, which the worker replays as it arrives, and compresses the others into
+the worker's spill files (:mod:`runtime.server.index.spill`; zstd releases the GIL
+too); the worker replays them one at a time once its input ends. Those bytes cross
+no pipe and are compressed once, where the worker used to read them from the pipe
+and compress them itself.
 """
 
 from __future__ import annotations
@@ -21,11 +28,12 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
+import zstandard
 
 import runtime
 from runtime.server.index.cpus import killed_hint
-from runtime.server.index.spill import remove_spill_files
-from runtime.server.index.worker import CONTEXT, END_OF_INPUT, frame
+from runtime.server.index.spill import BucketSpill, remove_spill_files
+from runtime.server.index.worker import CONTEXT, END_OF_INPUT, SPILLED, frame
 from runtime.server.replay.route import BUCKETS
 from runtime.server.replay.task_failures import FailureContext
 
@@ -63,8 +71,8 @@ class WorkerError(RuntimeError):
 
 class WorkerPool:
     def __init__(self, shard_paths: list[Path], base_ns: int = 0, queue_frames: int = 8, spill: bool = False) -> None:
-        """``spill``: workers replay the first bucket of their range as it arrives,
-        keep the others on disk and replay them one at a time (:mod:`runtime.server.index.spill`)."""
+        """``spill``: workers replay the first bucket of their range as it arrives and
+        the others one at a time from spill files written here (:mod:`runtime.server.index.spill`)."""
         self.shard_paths = shard_paths
         env = python_env()
         self._procs: list[subprocess.Popen[bytes]] = []
@@ -73,12 +81,12 @@ class WorkerPool:
         self._worker_of = [bucket * len(shard_paths) // BUCKETS for bucket in range(BUCKETS)]
         self._threads: list[threading.Thread] = []
         self._errors: list[BaseException] = []
+        self._spills: list[BucketSpill | None] = []
         for n, path in enumerate(shard_paths):
             err = open(f"{path}.stderr", "w+b")  # noqa: SIM115 - closed in close()
             proc = subprocess.Popen(  # noqa: S603 - our own module, our interpreter
                 [sys.executable, "-m", "runtime.server.index.worker", str(path), f"--base-ns={base_ns}"]
-                + (["--indexes"] if not n else [])
-                + ([f"--spill={self._worker_of.index(n)}"] if spill else []),
+                + (["--indexes"] if not n else []),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,
@@ -86,15 +94,27 @@ class WorkerPool:
             )
             _widen_pipe(proc.stdin)
             frames: queue.Queue[tuple[int, bytes, int] | None] = queue.Queue(maxsize=queue_frames)
-            thread = threading.Thread(target=self._feed, args=(proc, frames), name=f"shard-feed-{n}")
-            thread.daemon = True
+            spilled = BucketSpill(path) if spill else None
+            piped = self._worker_of.index(n)  # the range's first bucket
+            thread = threading.Thread(
+                target=self._feed, args=(proc, frames, spilled, piped), name=f"shard-feed-{n}", daemon=True
+            )
             thread.start()
             self._procs.append(proc)
+            self._spills.append(spilled)
             self._stderr.append(err)
             self._queues.append(frames)
             self._threads.append(thread)
 
-    def _feed(self, proc: subprocess.Popen[bytes], frames: queue.Queue[tuple[int, bytes, int] | None]) -> None:
+    def _feed(
+        self,
+        proc: subprocess.Popen[bytes],
+        frames: queue.Queue[tuple[int, bytes, int] | None],
+        spilled: BucketSpill | None,
+        piped: int,
+    ) -> None:
+        """Pipe the frames to the worker, or spill those of other buckets than
+        ``piped`` (with ``spilled``); then the list of spilled buckets and the end."""
         stdin = proc.stdin
         if stdin is None:
             raise WorkerError("worker started without a stdin pipe")
@@ -102,14 +122,24 @@ class WorkerPool:
             while True:
                 item = frames.get()
                 if item is None:
+                    if spilled is not None:
+                        buckets = bytes(spilled.finish())
+                        if buckets:
+                            stdin.write(frame(SPILLED, buckets, 0))
+                            stdin.write(buckets)
                     stdin.write(END_OF_INPUT)
                     break
                 bucket, blob, lines = item
+                if spilled is not None and bucket not in (piped, CONTEXT):
+                    spilled.write(bucket, blob, lines)
+                    continue
                 stdin.write(frame(bucket, blob, lines))
                 stdin.write(blob)
             stdin.close()
-        except (BrokenPipeError, OSError) as exc:
+        except (OSError, zstandard.ZstdError) as exc:  # a worker gone (broken pipe), a full disk
             self._errors.append(exc)
+            with contextlib.suppress(OSError):
+                stdin.close()  # the worker reads a cut input and stops; its result is not used
             while frames.get() is not None:  # keep the producer unblocked
                 pass
 
@@ -129,6 +159,8 @@ class WorkerPool:
             frames.put(None)
         for thread in self._threads:
             thread.join(timeout)
+        if self._errors:  # a worker that got part of its input must not be trusted
+            raise WorkerError(f"feeding a shard worker failed: {self._errors[0]}")
         results = []
         for n, proc in enumerate(self._procs):
             if proc.stdout is None:
@@ -165,7 +197,12 @@ class WorkerPool:
                 proc.wait()
         for err in self._stderr:
             err.close()
+        for thread in self._threads:  # their workers are gone: a write fails at once
+            thread.join(5.0)
+        for spilled in self._spills:
+            if spilled is not None and not any(thread.is_alive() for thread in self._threads):
+                spilled.remove()
         for path in self.shard_paths:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"{path}.stderr")
-            remove_spill_files(path)  # a worker killed before it cleaned up
+            remove_spill_files(path)  # a worker killed before it cleaned up, or spilled to by us

@@ -2,8 +2,9 @@
 
 A worker of a big session replays its id range one bucket (first hex digit of the
 task id) at a time, so it holds the replay state of one sixteenth of the session's
-tasks instead of its whole range: while the builder routes, the worker only
-appends each batch to its bucket's file, zstd-compressed (level 1: ~1.4 GB/s, event
+tasks instead of its whole range: while the builder routes, its writer thread for
+that worker (:mod:`runtime.server.index.pool`) appends each batch of the other
+buckets to the bucket's file, zstd-compressed (level 1: ~1.4 GB/s, event
 JSON shrinks ~10x, so the files take little of the cache volume). Records are a
 4-byte little-endian length and the 4-byte number of lines, then that many bytes of
 JSON lines; a zero length ends the file (one without it was cut short: an error,

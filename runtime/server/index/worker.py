@@ -1,17 +1,17 @@
-"""Task-shard worker: ``python -m runtime.server.index.worker SHARD_DB [--indexes] [--base-ns N] [--spill B]``.
+"""Task-shard worker: ``python -m runtime.server.index.worker SHARD_DB [--indexes] [--base-ns N]``.
 
 Reads frames from stdin (4-byte little-endian length, one byte naming the frame's
 bucket (:data:`~runtime.server.replay.route.BUCKETS`), the 4-byte number of lines,
 then that many bytes of JSON lines; bucket :data:`CONTEXT` instead carries the session's
-:class:`~runtime.server.replay.task_failures.FailureContext`, sent last; a zero
-length ends the input), replays them as
+:class:`~runtime.server.replay.task_failures.FailureContext`, sent last, and bucket
+:data:`SPILLED` the numbers of the buckets the builder kept on disk for this worker;
+a zero length ends the input), replays them as
 :class:`~runtime.server.replay.shard.TaskShard` s, writes the rows into a fresh
 SQLite file ``SHARD_DB`` and prints one JSON line with its counters on stdout.
-Without ``--spill`` the whole range is replayed as it arrives. With ``--spill B``
-bucket ``B`` (the range's first) is still replayed as it arrives, using the CPU the
-builder's routing leaves free, and the other buckets' frames are kept on disk
-(:mod:`runtime.server.index.spill`) and replayed one at a time after the input
-ends, so memory holds one bucket's tasks.
+Every piped frame is replayed as it arrives. For a big session the builder pipes
+only the first bucket of the worker's range and writes the others to spill files
+(:mod:`runtime.server.index.spill`); the worker replays those one at a time after
+the input ends, so memory holds one bucket's tasks.
 Events that are not task events go to ``SHARD_DB.rest`` (JSON lines) for the
 parent. A plain subprocess of our interpreter, like the whole-build child
 (:mod:`runtime.server.index.child`) that may be the one starting it.
@@ -33,13 +33,15 @@ from typing import BinaryIO
 import orjson
 
 from runtime.server.index.shard_db import create_bulk_db, write_shards
-from runtime.server.index.spill import BucketSpill
+from runtime.server.index.spill import BucketSpill, remove_spill_files
 from runtime.server.replay.shard import TaskShard
 from runtime.server.replay.task_failures import FailureContext
 
 FRAME_HEADER = 9
 #: The bucket number of the frame that carries the failure context.
 CONTEXT = 255
+#: The bucket number of the frame that lists the buckets spilled for this worker (one byte each).
+SPILLED = 254
 
 
 def frame(bucket: int, blob: bytes, lines: int) -> bytes:
@@ -52,26 +54,24 @@ END_OF_INPUT = b"\0\0\0\0"
 
 
 def serve(
-    shard_path: Path, stdin: BinaryIO, indexes: bool = False, base_ns: int = 0, spill: int | None = None
+    shard_path: Path, stdin: BinaryIO, indexes: bool = False, base_ns: int = 0
 ) -> tuple[dict[str, object], list[TaskShard]]:
     """Replay the frames and write the shard; returns the summary and the shards
-    still held (kept alive by the caller so that their teardown can be skipped).
-    ``spill``: None, or the bucket replayed live while the others are spilled."""
+    still held (kept alive by the caller so that their teardown can be skipped)."""
     live = TaskShard(base_ns)
-    spilled = BucketSpill(shard_path) if spill is not None else None
     trace = os.environ.get("HISTORY_INDEX_TRACE") == "1"
     started = time.process_time()
     try:
-        failures = _read_frames(stdin, live, spilled, spill)
+        failures, spilled = _read_frames(stdin, live)
         if trace:
             sys.stderr.write(f"worker {shard_path.name}: read in {time.process_time() - started:.2f}s cpu\n")
         conn = create_bulk_db(shard_path)
         try:
             shards: Iterable[TaskShard]
-            if spilled is None:
+            if not spilled:
                 kept = shards = [live]  # kept alive: no teardown
-            else:  # the live bucket is the range's first: the shards stay in key order
-                kept, shards = [], chain([live], _replayed(spilled, base_ns, trace))
+            else:  # the piped bucket is the range's first: the shards stay in key order
+                kept, shards = [], chain([live], _replayed(BucketSpill(shard_path), spilled, base_ns, trace))
             del live  # a spilled build frees each bucket once written
             result = write_shards(conn, shards, indexes=indexes, failures=failures)
             if trace:
@@ -79,8 +79,7 @@ def serve(
         finally:
             conn.close()
     finally:
-        if spilled is not None:
-            spilled.remove()
+        remove_spill_files(shard_path)
     strays = result.strays
     result.strays = []
     if strays:
@@ -90,31 +89,31 @@ def serve(
     return summary, kept
 
 
-def _read_frames(
-    stdin: BinaryIO, live: TaskShard, spilled: BucketSpill | None, spill: int | None
-) -> FailureContext | None:
-    """Feed the input's frames to ``live`` or ``spilled``; the failure context, if sent."""
+def _read_frames(stdin: BinaryIO, live: TaskShard) -> tuple[FailureContext | None, list[int]]:
+    """Feed the input's frames to ``live``; the failure context, if sent, and the
+    spilled buckets, ascending."""
     read = stdin.read
     failures = None
+    spilled: list[int] = []
     while True:
         header = read(FRAME_HEADER)  # the end marker is shorter: stdin closes after it
         size = int.from_bytes(header[:4], "little")
         if size == 0 or len(header) < FRAME_HEADER:
-            return failures
+            return failures, sorted(spilled)
         bucket = header[4]
         lines = int.from_bytes(header[5:], "little")
         if bucket == CONTEXT:
             failures = FailureContext.from_json(read(size))
-        elif spilled is not None and bucket != spill:
-            spilled.write(bucket, read(size), lines)
+        elif bucket == SPILLED:
+            spilled.extend(read(size))
         else:
             live.feed_blob(read(size), lines)
 
 
-def _replayed(spilled: BucketSpill, base_ns: int, trace: bool) -> Iterator[TaskShard]:
+def _replayed(spilled: BucketSpill, buckets: list[int], base_ns: int, trace: bool) -> Iterator[TaskShard]:
     """One shard per spilled bucket, replayed when asked for; none is referenced
     here once the next is asked for, so its memory is reused."""
-    for bucket in spilled.finish():
+    for bucket in buckets:
         shard = TaskShard(base_ns)
         for blob, lines in spilled.read(bucket):
             shard.feed_blob(blob, lines)
@@ -129,12 +128,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("shard_db", type=Path)
     parser.add_argument("--indexes", action="store_true", help="create the task tables' secondary indexes")
     parser.add_argument("--base-ns", type=int, default=0, help="transition encoding base (see TaskTable)")
-    parser.add_argument(
-        "--spill", type=int, metavar="BUCKET", help="replay BUCKET live, the others one at a time from files on disk"
-    )
     args = parser.parse_args(argv)
     gc.disable()  # millions of long-lived small containers: collections only cost time
-    summary, _shards = serve(args.shard_db, sys.stdin.buffer, args.indexes, args.base_ns, args.spill)
+    summary, _shards = serve(args.shard_db, sys.stdin.buffer, args.indexes, args.base_ns)
     sys.stdout.buffer.write(orjson.dumps(summary) + b"\n")
     sys.stdout.buffer.flush()
     # Freeing millions of objects one by one is pure cost for a process that ends.

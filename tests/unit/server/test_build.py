@@ -264,6 +264,24 @@ def test_a_failing_worker_fails_the_build_cleanly(
     assert not list(tmp_path.glob("f.sqlite.shard*")) and not list(tmp_path.glob("*.stderr"))
 
 
+def test_a_spill_that_cannot_be_written_fails_the_build_never_drops_tasks(
+    store: ObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The builder writes the workers' spill files: a full disk there must fail the
+    build (a worker given part of its range would write a shorter index), and
+    nothing of it stays on disk."""
+    synth = write_synthetic_session(store, LAYOUT, ClusterRef("default", "synth"), n_tasks=2000)
+    monkeypatch.setattr("runtime.server.index.build.SPILL_ABOVE_BYTES", 0)
+
+    def full_disk(*_args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("runtime.server.index.spill.BucketSpill.write", full_disk)
+    with pytest.raises(SessionLoadError, match="No space left on device"):
+        build(store, synth, tmp_path / "f.sqlite", processes=2)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("f.sqlite")]
+
+
 @pytest.mark.parametrize("compress", [False, True])
 def test_big_objects_are_streamed_with_the_same_result(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compress: bool
