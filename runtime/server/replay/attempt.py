@@ -3,14 +3,16 @@ shared :class:`Definition` and its :class:`Profile`, and the order-independent
 merges shared by the event handlers (:mod:`runtime.server.replay.tasks`) and by the
 merge of two spellings of one task id.
 
-Transitions are single ints ``(ns - base_ns) << 6 | status rank`` (an
-``array('q')`` when they fit, else a list), so sorting orders them chronologically
-(ties by Ray's status order) and the (state, ns) de-duplication is a membership test.
+Transitions are single ints ``(ns - base_ns) << 6 | status rank`` in a list, so
+sorting orders them chronologically (ties by Ray's status order) and the (state, ns)
+de-duplication is a membership test. Lists, not ``array('q')``: CPython 3.11 converts
+each int appended to or read from such an array through a slow generic path, which
+cost a build ~5 % of its instructions (callgrind, 12k tasks); the ints take ~150 bytes
+more per attempt, and a big session's worker holds one bucket of attempts at a time.
 """
 
 from __future__ import annotations
 
-from array import array
 from typing import Any, NamedTuple
 
 #: Ray's TaskStatus enum, in order (the rank breaks timestamp ties).
@@ -103,7 +105,7 @@ class Attempt:
         self.job = ""  # hex job id from lifecycle/profile events ('' unknown)
         self.definition: Definition | None = None
         self.name = ""  # task name (the definition is shared between tasks, the name is not)
-        self.transitions: array[int] | list[int] | None = None
+        self.transitions: list[int] | None = None
         self.log: LogInfo | None = None
         self.node = ""
         self.node_ns = -1
@@ -118,7 +120,7 @@ class Attempt:
         self.repr_name = ""
         self.repr_ns = -1
         self.profile: Profile | None = None
-        self.seen: array[int] | None = None  # the eventId hashes applied (de-duplication)
+        self.seen: list[int] | None = None  # the eventId hashes applied (de-duplication)
 
 
 #: The carried fields of an :class:`Attempt`, each with the slot of its transition ns.
@@ -134,13 +136,13 @@ CARRIED = (
 
 def seen_before(state: Attempt, marker: int | None) -> bool:
     """Record an eventId hash on its attempt; True when it was applied already.
-    Per attempt, not one session-wide set: a few array slots instead of ~70 bytes
-    of set entry and int object per event."""
+    Per attempt, not one session-wide set: a few list slots (and an int each) instead
+    of a set entry per event that the whole session keeps."""
     if marker is None:
         return False
     seen = state.seen
     if seen is None:
-        state.seen = array("q", (marker,))
+        state.seen = [marker]
         return False
     if marker in seen:
         return True

@@ -116,8 +116,9 @@ class SessionReplay:
     def feed_task_events(self, events: list[TaskEvent]) -> None:
         """Apply task events decoded by :func:`~runtime.server.replay.task_events.decode_task_blob`:
         the task branch of :meth:`feed`, for typed events."""
-        handlers, names = self._typed_handlers, EVENT_TYPES
-        by_type: Counter[str] = Counter()
+        handlers = self._typed_handlers
+        # Counted by type in C, once per blob; the rare duplicates are taken back.
+        kinds = Counter(map(type, events))
         duplicates = bad = 0
         for event in events:
             event_id = event.event_id
@@ -130,12 +131,11 @@ class SessionReplay:
             )
             if result == DUPLICATE:
                 duplicates += 1
-                continue
-            by_type[names[kind]] += 1
-            if result == BAD:
+                kinds[kind] -= 1
+            elif result == BAD:
                 bad += 1
         counters = self.counters
-        counters.by_type.update(by_type)
+        counters.by_type.update({EVENT_TYPES[kind]: n for kind, n in kinds.items() if n})
         counters.events += len(events) - duplicates
         counters.duplicate_events += duplicates
         counters.bad_events += bad
