@@ -86,7 +86,8 @@ def write_shards(
     for shard in shards:
         renderer = shard.renderer(failures)
         conn.executemany(INSERT_TASK, renderer.rows(ordered=True))
-        conn.executemany(INSERT_TEXT, renderer.texts.items())
+        # bytearrays: sqlite3 binds bytes only after looking for an adapter (see INSERT_TASK)
+        conn.executemany(INSERT_TEXT, [(ident, bytearray(data)) for ident, data in renderer.texts.items()])
         counts.update(renderer.counts)
         result.add(shard.result(renderer))
         del shard, renderer  # before the next one is replayed

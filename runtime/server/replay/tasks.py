@@ -243,13 +243,15 @@ class TaskTable:
         either order: a file name sets file and start, a non-zero start sets start,
         an end replaces a zero end or is replaced only by a non-zero one."""
         out_file, err_file = info.stdout_file, info.stderr_file
+        # Each event carries either the start or the end offsets: no call for the others.
+        out_start, out_end, err_start, err_end = info.stdout_start, info.stdout_end, info.stderr_start, info.stderr_end
         update: LogInfo = [
             self._intern(out_file if type(out_file) is str else str(out_file)) if out_file else "",
-            to_int(info.stdout_start),
-            to_int(info.stdout_end),
+            0 if out_start is None else to_int(out_start),
+            0 if out_end is None else to_int(out_end),
             self._intern(err_file if type(err_file) is str else str(err_file)) if err_file else "",
-            to_int(info.stderr_start),
-            to_int(info.stderr_end),
+            0 if err_start is None else to_int(err_start),
+            0 if err_end is None else to_int(err_end),
         ]
         merge_log_info(state, update)
 
