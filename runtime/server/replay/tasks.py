@@ -96,10 +96,11 @@ class TaskTable:
         shared = None
         if typed:  # most tasks share a definition: skip decoding its maps again
             func = p.actor_func if actor_task else p.task_func
+            # The maps' raw JSON as one bytes (hashed once): a NUL cannot occur in JSON text.
+            maps = _NUL.join((func, p.required_resources, p.label_selector, p.fallback_strategy))
             key = (
-                actor_task, p.task_type, p.language, bytes(func), bytes(p.required_resources),
-                p.actor_id, p.parent_task_id, p.placement_group_id, p.serialized_runtime_env, p.call_site,
-                bytes(p.label_selector), bytes(p.fallback_strategy), p.job_id,
+                actor_task, p.task_type, p.language, maps, p.actor_id, p.parent_task_id,
+                p.placement_group_id, p.serialized_runtime_env, p.call_site, p.job_id,
             )  # fmt: skip
             shared = self._raw_templates.get(key)
         if shared is None:
@@ -362,6 +363,7 @@ class TaskTable:
 
 
 _NO_FALLBACK = b'{"options":[]}'
+_NUL = b"\0"
 
 
 def _loads(raw: msgspec.Raw) -> Any:
