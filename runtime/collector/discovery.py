@@ -29,7 +29,7 @@ from typing import Any
 from runtime.collector import session_files
 from runtime.collector.config import CollectorConfig
 from runtime.collector.dashboard import DashboardClient, DashboardError, ErrorOnce
-from runtime.storage.ids import InvalidIdError, to_hex_id
+from runtime.common.ids import InvalidIdError, to_hex_id
 
 logger = logging.getLogger(__name__)
 

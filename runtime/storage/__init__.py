@@ -9,6 +9,7 @@ Public surface::
     store.put_file(layout.log_key(cluster, session, node, "raylet.out"), path)
 """
 
+from runtime.common.ids import InvalidIdError, to_hex_id, to_hex_id_or_none
 from runtime.storage.base import Listing, ObjectInfo, ObjectStore
 from runtime.storage.config import BACKENDS, StorageConfig, add_storage_arguments, open_store
 from runtime.storage.errors import (
@@ -19,7 +20,6 @@ from runtime.storage.errors import (
     StorageError,
     StorageUnavailableError,
 )
-from runtime.storage.ids import InvalidIdError, to_hex_id, to_hex_id_or_none
 from runtime.storage.layout import ClusterRef, KeyLayout, SessionMarker
 from runtime.storage.retry import RetryPolicy
 

@@ -32,8 +32,8 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from runtime.common.ids import InvalidIdError, to_hex_id
 from runtime.storage.errors import InvalidKeyError
-from runtime.storage.ids import InvalidIdError, to_hex_id
 
 CLUSTER_HISTORY = "cluster-history"
 CLUSTER_METADATA = "cluster-metadata"

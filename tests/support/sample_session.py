@@ -17,8 +17,8 @@ from pathlib import Path
 import orjson
 
 from runtime.collector.events.parse import parse_batch
+from runtime.common.ids import to_hex_id
 from runtime.storage.base import ObjectStore
-from runtime.storage.ids import to_hex_id
 from runtime.storage.layout import ClusterRef, KeyLayout, event_file_name
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from runtime.common.ids import to_hex_id_or_none
 from runtime.common.timestamps import parse_timestamp_ns
-from runtime.storage.ids import to_hex_id_or_none
 
 #: Payload keys whose ``jobId`` files an event under ``job_events/{job}``, in the
 #: reference's lookup order.

@@ -52,7 +52,7 @@ from runtime.server.replay.session import SessionReplay, base_ns_for
 from runtime.server.replay.shard import ShardResult, TaskShard
 from runtime.storage.base import ObjectInfo, ObjectStore
 from runtime.storage.errors import StorageError
-from runtime.storage.layout import ClusterRef, KeyLayout
+from runtime.storage.layout import ClusterRef, KeyLayout, session_created_at
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class _Build:
         self.replay = SessionReplay()
         self.logs = LogEvents()
         self.others: list[object] = []
-        self.base_ns = base_ns_for(session)
+        self.base_ns = base_ns_for(session_created_at(session))
         self.shard_paths = [out_path] + [Path(f"{out_path}.shard{n}") for n in range(1, stats.processes)]
         self.tasks_last_ms = 0  # the latest task transition of any shard
 

@@ -7,7 +7,7 @@ fragments that were rendered at build time, never by decoding events again.
 
 Conventions every writer and reader relies on:
 
-* ids are lower-case hex (``runtime.storage.ids.to_hex_id``); "no id" is ``''``;
+* ids are lower-case hex (``runtime.common.ids.to_hex_id``); "no id" is ``''``;
 * times are Unix milliseconds (INTEGER) or NULL when unknown;
 * ``*_json`` columns hold the exact JSON bytes (orjson) of the object the Dashboard
   API returns for that row, so a list response is ``b",".join(rows)``;

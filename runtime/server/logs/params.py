@@ -11,9 +11,9 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from runtime.common.ids import InvalidIdError, to_hex_id
 from runtime.server.errors import ApiError
 from runtime.storage.errors import InvalidKeyError
-from runtime.storage.ids import InvalidIdError, to_hex_id
 from runtime.storage.layout import validate_file_name, validate_log_path, validate_node_id
 
 DEFAULT_LINES = 1000

@@ -12,8 +12,8 @@ import contextlib
 from dataclasses import dataclass
 from typing import Protocol
 
+from runtime.common.ids import InvalidIdError, to_hex_id
 from runtime.server.errors import ApiError
-from runtime.storage.ids import InvalidIdError, to_hex_id
 
 DEFAULT_LIMIT = 100
 #: Ray's RAY_MAX_LIMIT_FROM_API_SERVER.

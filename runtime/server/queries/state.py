@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
+from runtime.common.ids import InvalidIdError, to_hex_id
 from runtime.server.index.reader import SessionIndex
-from runtime.storage.ids import InvalidIdError, to_hex_id
 
 #: Ray's event head keeps the newest 10 000 events per job.
 MAX_EVENTS_PER_JOB = 10_000

@@ -1,4 +1,4 @@
-"""Id normalisation for replay: :func:`runtime.storage.ids.to_hex_id` semantics, memoised.
+"""Id normalisation for replay: :func:`runtime.common.ids.to_hex_id` semantics, memoised.
 
 A session repeats the same few job, node, worker and parent ids millions of times;
 converting each occurrence would cost more than the rest of the replay. Unlike the
@@ -11,7 +11,7 @@ import binascii
 import logging
 import re
 
-from runtime.storage.ids import InvalidIdError, to_hex_id
+from runtime.common.ids import InvalidIdError, to_hex_id
 
 logger = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from runtime.server.replay.actors import ActorTable
@@ -31,7 +32,6 @@ from runtime.server.replay.task_events import (
 from runtime.server.replay.task_failures import FailureContext, WorkerDeaths
 from runtime.server.replay.tasks import TaskTable
 from runtime.server.replay.timestamps import ts_ns
-from runtime.storage.layout import session_created_at
 
 Handler = Callable[[dict[str, Any]], bool]
 TaskHandler = Callable[[dict[str, Any], int | None], int]
@@ -47,10 +47,10 @@ class ReplayCounters:
     by_type: Counter[str] = field(default_factory=Counter)
 
 
-def base_ns_for(session: str) -> int:
+def base_ns_for(created: datetime | None) -> int:
     """A compact-encoding base for a session's task transitions: two days before
-    the time in its name (Ray names sessions in the head's local time)."""
-    created = session_created_at(session)
+    ``created``, the time in its name (Ray names sessions in the head's local time;
+    :func:`runtime.storage.layout.session_created_at` reads it)."""
     if created is None:
         return 0
     return (int(created.timestamp()) - 2 * 86400) * 1_000_000_000

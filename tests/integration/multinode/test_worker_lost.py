@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from runtime.storage.ids import to_hex_id
+from runtime.common.ids import to_hex_id
 from tests.integration.multinode.cluster import CLUSTER, TwoNodeCluster
 from tests.integration.ray_harness import stored_events, unique_id, wait_until
 from tests.integration.server.harness import HistoryServerProcess

@@ -7,6 +7,7 @@ import pytest
 from runtime.server.replay.ids import IdCache, hex_id, is_nil
 from runtime.server.replay.session import SessionReplay, base_ns_for
 from runtime.server.replay.timestamps import to_int, ts_ns
+from runtime.storage.layout import session_created_at
 from tests.unit.server.replay.events import definition, owner
 
 
@@ -52,8 +53,9 @@ def test_int64_strings() -> None:
 
 
 def test_base_for_session_names() -> None:
-    assert base_ns_for("session_2026-11-22_01-45-25_333080_9264") == (1795311925 - 2 * 86400) * 10**9
-    assert base_ns_for("no-time-here") == 0
+    created = session_created_at("session_2026-11-22_01-45-25_333080_9264")
+    assert base_ns_for(created) == (1795311925 - 2 * 86400) * 10**9
+    assert base_ns_for(session_created_at("no-time-here")) == 0
 
 
 def test_duplicate_event_ids_are_dropped_and_counted() -> None:

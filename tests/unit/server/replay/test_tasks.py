@@ -11,6 +11,7 @@ import pytest
 from runtime.server.replay.render_tasks import TaskRenderer
 from runtime.server.replay.session import SessionReplay, base_ns_for
 from runtime.server.replay.task_events import EVENT_TYPES, decode_task_blob
+from runtime.storage.layout import session_created_at
 from tests.unit.server.replay.events import (
     NODE_HEX,
     TASK_B64,
@@ -82,7 +83,7 @@ def test_lifecycle_before_definition_and_split_owner_executor() -> None:
 
 def test_compact_transitions_render_the_same_times() -> None:
     events = [definition(), owner(), executor()]
-    base = base_ns_for("session_2026-11-22_01-45-25_333080_9264")
+    base = base_ns_for(session_created_at("session_2026-11-22_01-45-25_333080_9264"))
     assert one(events) == one(events, base_ns=base)
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.storage.ids import InvalidIdError, hex_to_base64, to_hex_id, to_hex_id_or_none
+from runtime.common.ids import InvalidIdError, hex_to_base64, to_hex_id, to_hex_id_or_none
 
 
 @pytest.mark.parametrize(
