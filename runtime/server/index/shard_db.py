@@ -15,11 +15,13 @@ import os
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from itertools import chain, islice
 from pathlib import Path
+from typing import Any
 
 from runtime.server.index import schema
-from runtime.server.replay.render_tasks import INSERT_TASK, INSERT_TASK_COUNT
+from runtime.server.replay.render_tasks import INSERT_TASK, INSERT_TASK_COUNT, TASK_COLUMNS, TaskRow, insert_tasks_sql
 from runtime.server.replay.shard import ShardResult, TaskShard
 from runtime.server.replay.task_failures import FailureContext
 
@@ -28,6 +30,9 @@ logger = logging.getLogger(__name__)
 #: Texts are content-addressed: a text another shard (or an earlier bucket) stored is the same text.
 INSERT_TEXT = "INSERT OR IGNORE INTO task_texts (text_id, data) VALUES (?, ?)"
 
+#: Task rows per INSERT statement (fewer when SQLite allows fewer bound values).
+ROWS_PER_INSERT = 64
+TASK_FIELDS = TASK_COLUMNS.split(", ")
 #: WITHOUT ROWID tables spill rows larger than ~1/4 of a page into overflow pages;
 #: chosen when task rows were ~1-2 KB. Rows are ~0.5 KB since schema 7, and 4, 8 and
 #: 16 KiB pages insert and index 100,000 of them in the same time.
@@ -85,7 +90,7 @@ def write_shards(
     conn.execute("BEGIN")
     for shard in shards:
         renderer = shard.renderer(failures)
-        conn.executemany(INSERT_TASK, renderer.rows(ordered=True))
+        _insert_tasks(conn, renderer.rows(ordered=True))
         # bytearrays: sqlite3 binds bytes only after looking for an adapter (see INSERT_TASK)
         conn.executemany(INSERT_TEXT, [(ident, bytearray(data)) for ident, data in renderer.texts.items()])
         counts.update(renderer.counts)
@@ -98,6 +103,29 @@ def write_shards(
             if " ON tasks " in statement:
                 conn.execute(statement)
     return result
+
+
+def _insert_tasks(conn: sqlite3.Connection, rows: Iterable[TaskRow]) -> None:
+    """Insert rows in order, up to :data:`ROWS_PER_INSERT` per statement: one step of
+    SQLite per batch instead of per row takes ~20 % off the inserts' time."""
+    per_insert = min(ROWS_PER_INSERT, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(TASK_FIELDS))
+    rest: list[TaskRow] = []
+    if per_insert > 1:
+        conn.executemany(insert_tasks_sql(per_insert), _flat_batches(rows, per_insert, rest))
+    else:
+        rest.extend(rows)
+    conn.executemany(INSERT_TASK, rest)
+
+
+def _flat_batches(rows: Iterable[TaskRow], size: int, rest: list[TaskRow]) -> Iterator[tuple[Any, ...]]:
+    """The values of each ``size`` rows in one tuple; the rows of a last, shorter batch go to ``rest``."""
+    it = iter(rows)
+    while True:
+        batch = list(islice(it, size))
+        if len(batch) < size:
+            rest.extend(batch)
+            return
+        yield tuple(chain.from_iterable(batch))
 
 
 def append_shards(conn: sqlite3.Connection, paths: list[Path], unlink: Callable[[Path], None]) -> None:

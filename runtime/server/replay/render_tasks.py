@@ -32,7 +32,15 @@ TASK_COLUMNS = (
 )
 #: A row's error_type is '' for none, stored as NULL: sqlite3 binds ``None`` only after
 #: looking for an adapter (a failed attribute lookup, ~1 us), nearly every row would pay it.
-INSERT_TASK = f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES ({', '.join('?' * 15)}, NULLIF(?, ''), ?)"  # noqa: S608
+_ROW_VALUES = f"({', '.join('?' * 15)}, NULLIF(?, ''), ?)"
+INSERT_TASK = f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES {_ROW_VALUES}"  # noqa: S608 - constants
+
+
+def insert_tasks_sql(rows: int) -> str:
+    """One INSERT of ``rows`` task rows (their values flattened, in :data:`TASK_COLUMNS` order)."""
+    return f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES {', '.join([_ROW_VALUES] * rows)}"  # noqa: S608 - constants
+
+
 INSERT_TASK_COUNT = "INSERT INTO task_counts (job_id, state, type, name, func_name, n) VALUES (?, ?, ?, ?, ?, ?)"
 
 TaskRow = tuple[Any, ...]
