@@ -125,7 +125,9 @@ class TaskRenderer:
         shapes: dict[bytes, tuple[int, int, int, bool]] = {}
         for task_id, attempt, st in self._table.attempts(ordered):
             d = st.definition
-            codes = sorted(st.transitions) if st.transitions else None
+            codes = st.transitions or None
+            if codes is not None:
+                codes.sort()  # in place: no reader of an attempt relies on the arrival order
             err = st.error
             if failures is not None and not (codes and kinds[codes[-1] & STATE_MASK] == ENDED):
                 gcs = _gcs_failure(codes, kinds, st.worker, (d.job if d is not None else "") or st.job, failures)
