@@ -6,8 +6,8 @@
 * Task events, nearly all of a session, are routed by task-id range
   (:mod:`runtime.server.replay.route`) to task shards: in-process for a small
   session, else one worker subprocess per core, each replaying and rendering its
-  range into its own SQLite file; shard 0 writes the index file itself (and its
-  task indexes) and the others are appended to it in key order. Everything else
+  range into its own SQLite file; shard 0 writes the index file itself and the
+  others are appended to it in key order, before any index exists. Everything else
   (actors, jobs, nodes, log events, objects) is replayed here. For a big session
   the builder pipes each worker only the first bucket (a sixteenth of the ids) of
   its range and spills the others to disk; the worker replays them one at a time
@@ -41,7 +41,14 @@ from runtime.server.index.fingerprint import fingerprints
 from runtime.server.index.index_file import INSERT_OBJECT, BuildStats, object_rows, write_meta
 from runtime.server.index.pool import WorkerError, WorkerPool
 from runtime.server.index.progress import ProgressCallback, no_progress
-from runtime.server.index.shard_db import BULK_PRAGMAS, append_shards, create_bulk_db, split_ddl, write_shards
+from runtime.server.index.shard_db import (
+    BULK_PRAGMAS,
+    INDEX_BUILD_PRAGMA,
+    append_shards,
+    create_bulk_db,
+    split_ddl,
+    write_shards,
+)
 from runtime.server.index.sources import Sources, classify, read_all, read_one, stream_lines
 from runtime.server.index.spill import remove_spill_files
 from runtime.server.index.tables import insert_actors, insert_jobs, insert_nodes
@@ -305,7 +312,6 @@ class _Build:
         try:
             for pragma in BULK_PRAGMAS[1:]:
                 conn.execute(pragma)
-            conn.execute("PRAGMA cache_size = -262144")  # appended rows update five indexes
             if len(self.shard_paths) > 1:
                 append_shards(conn, self.shard_paths[1:], _unlink_all)
             conn.execute("BEGIN")
@@ -321,7 +327,10 @@ class _Build:
             conn.executemany(_INSERT_LOG_EVENT, log_rows)
             conn.executemany(INSERT_OBJECT, object_rows(listing, prefix))
             conn.execute("COMMIT")
-            for statement in split_ddl()[1]:  # those the task shard made already exist
+            # All of them once every row is in (sorting keys beats updating B-trees
+            # row by row); an in-process build made the task indexes already.
+            conn.execute(INDEX_BUILD_PRAGMA)
+            for statement in split_ddl()[1]:
                 conn.execute(statement)
             conn.execute("PRAGMA analysis_limit = 1000")
             conn.execute("ANALYZE")

@@ -85,8 +85,7 @@ class WorkerPool:
         for n, path in enumerate(shard_paths):
             err = open(f"{path}.stderr", "w+b")  # noqa: SIM115 - closed in close()
             proc = subprocess.Popen(  # noqa: S603 - our own module, our interpreter
-                [sys.executable, "-m", "runtime.server.index.worker", str(path), f"--base-ns={base_ns}"]
-                + (["--indexes"] if not n else []),
+                [sys.executable, "-m", "runtime.server.index.worker", str(path), f"--base-ns={base_ns}"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,

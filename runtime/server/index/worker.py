@@ -1,4 +1,4 @@
-"""Task-shard worker: ``python -m runtime.server.index.worker SHARD_DB [--indexes] [--base-ns N]``.
+"""Task-shard worker: ``python -m runtime.server.index.worker SHARD_DB [--base-ns N]``.
 
 Reads frames from stdin (4-byte little-endian length, one byte naming the frame's
 bucket (:data:`~runtime.server.replay.route.BUCKETS`), the 4-byte number of lines,
@@ -53,9 +53,7 @@ def frame(bucket: int, blob: bytes, lines: int) -> bytes:
 END_OF_INPUT = b"\0\0\0\0"
 
 
-def serve(
-    shard_path: Path, stdin: BinaryIO, indexes: bool = False, base_ns: int = 0
-) -> tuple[dict[str, object], list[TaskShard]]:
+def serve(shard_path: Path, stdin: BinaryIO, base_ns: int = 0) -> tuple[dict[str, object], list[TaskShard]]:
     """Replay the frames and write the shard; returns the summary and the shards
     still held (kept alive by the caller so that their teardown can be skipped)."""
     live = TaskShard(base_ns)
@@ -73,7 +71,7 @@ def serve(
             else:  # the piped bucket is the range's first: the shards stay in key order
                 kept, shards = [], chain([live], _replayed(BucketSpill(shard_path), spilled, base_ns, trace))
             del live  # a spilled build frees each bucket once written
-            result = write_shards(conn, shards, indexes=indexes, failures=failures)
+            result = write_shards(conn, shards, failures=failures)
             if trace:
                 sys.stderr.write(f"worker {shard_path.name}: written after {time.process_time() - started:.2f}s cpu\n")
         finally:
@@ -126,11 +124,10 @@ def _replayed(spilled: BucketSpill, buckets: list[int], base_ns: int, trace: boo
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m runtime.server.index.worker")
     parser.add_argument("shard_db", type=Path)
-    parser.add_argument("--indexes", action="store_true", help="create the task tables' secondary indexes")
     parser.add_argument("--base-ns", type=int, default=0, help="transition encoding base (see TaskTable)")
     args = parser.parse_args(argv)
     gc.disable()  # millions of long-lived small containers: collections only cost time
-    summary, _shards = serve(args.shard_db, sys.stdin.buffer, args.indexes, args.base_ns)
+    summary, _shards = serve(args.shard_db, sys.stdin.buffer, args.base_ns)
     sys.stdout.buffer.write(orjson.dumps(summary) + b"\n")
     sys.stdout.buffer.flush()
     # Freeing millions of objects one by one is pure cost for a process that ends.
