@@ -330,6 +330,9 @@ class _Build:
             # All of them once every row is in (sorting keys beats updating B-trees
             # row by row); an in-process build made the task indexes already.
             conn.execute(INDEX_BUILD_PRAGMA)
+            # The workers' cores are free now: SQLite sorts the runs of a big index in
+            # parallel (1M tasks: 2.5 s instead of 2.9-3.0 s, for 1.5 s more CPU).
+            conn.execute(f"PRAGMA threads = {self.stats.processes}")
             for statement in split_ddl()[1]:
                 conn.execute(statement)
             conn.execute("PRAGMA analysis_limit = 1000")
