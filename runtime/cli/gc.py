@@ -2,10 +2,12 @@
 
 Which sessions have ended is decided by :mod:`runtime.storage.retention` from one
 listing of the bucket (and, with ``--live-check kubernetes``, the live RayClusters);
-this module lists, deletes and reports. A session's objects go first, then its
-shared indexes (``history-index/``, or ``--shared-index-container`` on Azure), its
-marker last, so a run that stops midway leaves a session that is still listed,
-still ended and still old: the next run finishes it.
+this module lists, deletes and reports. A session's marker goes first (the history
+server lists sessions by marker, so it never lists a half-deleted one), then its
+objects, then its shared indexes (``history-index/``, or ``--shared-index-container``
+on Azure). A run that stops midway leaves objects that the next run still finds by
+their ``cluster-history`` keys (or, for indexes, as an orphan index), still ended and
+still old, and finishes.
 
 No ``rich`` here (nor in what ``main`` imports for it): the CronJob runs this with
 the history server's image, which installs the ``[server]`` extra only.
@@ -41,21 +43,34 @@ LIVE_CHECKS = ("none", "kubernetes")
 #: Deletes in flight per session: object stores delete one key per request.
 DELETE_WORKERS = 8
 _DAYS = re.compile(r"(\d+(?:\.\d+)?)d")
-_BARE_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+#: The longest --older-than: a century. Longer ones overflow the cutoff's datetime.
+MAX_AGE_DAYS = 36500
 
 
 def parse_age(text: str) -> float:
     """Seconds in ``30d``, ``1d12h``, ``36h``, ``90m``: a Go duration with an optional
-    leading day count. A bare number is refused: ``30`` could mean days or seconds."""
+    leading day count. A number without a unit is refused however it is spelt
+    (``30``, ``30.``, ``3e1``, ``inf``): ``30`` could mean days or seconds."""
     value = text.strip()
     days = _DAYS.match(value)
     rest = value[days.end() :] if days else value
-    if _BARE_NUMBER.fullmatch(rest):
+    if _is_number(rest):
         raise ValueError("give a unit, e.g. 30d, 12h or 90m")
     seconds = (float(days.group(1)) * 86400 if days else 0.0) + (parse_duration(rest) if rest or not days else 0.0)
     if seconds <= 0:
         raise ValueError("must be longer than zero")
+    if not seconds <= MAX_AGE_DAYS * 86400:  # also inf, from a day count of 400 digits
+        raise ValueError(f"must be at most {MAX_AGE_DAYS}d (100 years)")
     return seconds
+
+
+def _is_number(text: str) -> bool:
+    """Whether float() reads ``text``: parse_duration would take it as seconds."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -193,8 +208,8 @@ def delete_session(
     *,
     index_store: ObjectStore | None = None,
 ) -> int:
-    """Delete every object of the session, then its shared indexes, then its marker;
-    the number deleted.
+    """Delete the session's markers, then every object of it, then its shared
+    indexes; the number deleted.
 
     The session is listed again first; if anything in it was written since the
     scan (or has no time), nothing is deleted. Index objects are listed again too
@@ -204,6 +219,11 @@ def delete_session(
     fresh = next((o for o in objects if o.updated is None or o.updated >= cutoff), None)
     if fresh is not None:
         raise _WrittenSinceScanError(f"kept: {fresh.key} was written after the cutoff (since the scan)")
+    # First: without its marker the server no longer lists the session, so a run that
+    # fails midway never leaves a listed session with objects missing. The keys as
+    # listed, not as rebuilt: a marker's kind segment may be capitalised.
+    for key in record.marker_keys:
+        store.delete(key)
     with ThreadPoolExecutor(DELETE_WORKERS, thread_name_prefix="gc-delete") as pool:
         for _ in pool.map(lambda info: store.delete(info.key), objects):
             pass
@@ -211,9 +231,7 @@ def delete_session(
         index_keys = [info.key for info in indexes.walk(layout.index_session_prefix(record.cluster, record.session))]
         for _ in pool.map(indexes.delete, index_keys):
             pass
-    # Last: while the marker exists the session is listed, and the next run finishes it.
-    store.delete(layout.marker_key(record.cluster, record.session))
-    return len(objects) + len(index_keys) + (1 if record.has_marker else 0)
+    return len(record.marker_keys) + len(objects) + len(index_keys)
 
 
 # ------------------------------------------------------------------ output

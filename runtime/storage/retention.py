@@ -7,7 +7,11 @@ and a finished session ends up half-deleted; here a session is kept or deleted
 whole, and only once it has *ended*:
 
 * a newer session of the same cluster exists in storage (Ray starts a new
-  session at every head start, and a cluster runs one session at a time), or
+  session at every head start, and a cluster runs one session at a time). "Newer"
+  by the time in its name, which is the head's *local* time: a DST change or a
+  clock set back can name the running session earlier than the one it replaced, so
+  a name less than :data:`NAME_CLOCK_SLACK` later counts only if that session was
+  also written to later; or
 * the live set is known and the cluster is not in it (its RayCluster is gone).
 
 The collector writes no "session ended" marker (at shutdown it rewrites the
@@ -28,7 +32,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from runtime.storage.base import ObjectInfo
 from runtime.storage.layout import ClusterRef, KeyLayout, SessionMarker, session_created_at
@@ -36,6 +40,10 @@ from runtime.storage.session_keys import IndexObject, StoredObject, parse_index_
 
 #: A live RayCluster as the Kubernetes API names it: (namespace, name).
 LiveKey = tuple[str, str]
+#: How far apart two session names' times must be to order the sessions by name alone.
+#: Names carry the head's local time and UTC offsets span UTC-12 to UTC+14, so a DST
+#: change or a new time zone on the head moves one name by less than this.
+NAME_CLOCK_SLACK = timedelta(hours=26)
 
 
 @dataclass
@@ -49,6 +57,9 @@ class SessionRecord:
     objects: int = 0
     bytes: int = 0
     has_marker: bool = False
+    #: Its markers exactly as listed (the kind segment is read case-insensitively, so
+    #: the key rebuilt from the parsed marker may not be the stored one).
+    marker_keys: list[str] = field(default_factory=list)
     #: Its shared index objects (data and manifests, every version).
     index_keys: list[str] = field(default_factory=list)
     index_bytes: int = 0
@@ -109,6 +120,7 @@ def summarise(layout: KeyLayout, infos: Iterable[ObjectInfo]) -> list[SessionRec
         record.add(info)
         if isinstance(parsed, SessionMarker):
             record.has_marker = True
+            record.marker_keys.append(info.key)
     for record in records.values():
         record.date_orphan_index()
     return sorted(records.values(), key=_order)
@@ -131,7 +143,7 @@ def select(
         for record in sessions:
             ended = _ended_because(record, sessions, live)
             decisions.append(
-                _decide(record, ended, cutoff) if ended else Decision(record, False, _why_kept(record, live))
+                _decide(record, ended, cutoff) if ended else Decision(record, False, _why_kept(record, sessions, live))
             )
     return decisions
 
@@ -140,13 +152,25 @@ def _ended_because(record: SessionRecord, sessions: list[SessionRecord], live: C
     """Why ``record`` has certainly ended, or "" when it may still be running."""
     started = record.created_at
     if started is not None:
-        later = [s for s in sessions if (t := s.created_at) is not None and t > started]
+        later = [s for s in sessions if _succeeds(s, record, started)]
         if later:
             successor = min(later, key=_order)
             return f"ended: a newer session of the cluster exists ({successor.session})"
     if live is not None and (record.cluster.namespace, record.cluster.name) not in live:
         return f"ended: RayCluster {record.cluster.namespace}/{record.cluster.name} is not live"
     return ""
+
+
+def _succeeds(other: SessionRecord, record: SessionRecord, started: datetime) -> bool:
+    """Whether ``other`` certainly started after ``record`` (which started at ``started``)."""
+    created = other.created_at
+    if created is None or created <= started:
+        return False
+    if created - started > NAME_CLOCK_SLACK:
+        return True
+    # Names this close may be in the wrong order: the one written to last is the one
+    # that may still run, so it is never ended by the other.
+    return other.newest is not None and record.newest is not None and other.newest > record.newest
 
 
 def _decide(record: SessionRecord, ended: str, cutoff: datetime) -> Decision:
@@ -158,10 +182,18 @@ def _decide(record: SessionRecord, ended: str, cutoff: datetime) -> Decision:
     return Decision(record, False, f"{ended}; {last}, within the retention period")
 
 
-def _why_kept(record: SessionRecord, live: Collection[LiveKey] | None) -> str:
+def _why_kept(record: SessionRecord, sessions: list[SessionRecord], live: Collection[LiveKey] | None) -> str:
     """Why a session that has not provably ended is kept."""
-    if record.created_at is None:
+    started = record.created_at
+    if started is None:
         return "may be running: its name carries no start time, so no newer session can end it"
+    named_later = [s for s in sessions if (t := s.created_at) is not None and t > started]
+    if named_later:
+        hours = NAME_CLOCK_SLACK.total_seconds() / 3600
+        return (
+            f"may be running: {min(named_later, key=_order).session} is named less than {hours:g}h later "
+            "but was not written to later (session names carry the head's local time)"
+        )
     if live is None:
         return "may be running: the newest session of its cluster, whose liveness was not checked"
     return "running: the newest session of a live RayCluster"

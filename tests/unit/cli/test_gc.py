@@ -78,6 +78,37 @@ def test_bad_ages(text: str, problem: str) -> None:
         parse_age(text)
 
 
+@pytest.mark.parametrize("text", ["30.", "+30", "3e1", "3_0", "1d30", "1d+30", " 30 ", "inf", "-inf", "nan", "1e400"])
+def test_a_number_without_a_unit_is_refused_however_it_is_spelt(text: str) -> None:
+    # float() reads all of these; as seconds, "30." would delete every ended session at once.
+    with pytest.raises(ValueError, match="give a unit"):
+        parse_age(text)
+
+
+@pytest.mark.parametrize("text", ["36501d", "1000000d", "876601h", "9" * 400 + "d"])
+def test_an_age_beyond_a_century_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match=r"at most 36500d"):
+        parse_age(text)
+
+
+def test_the_longest_age_still_gives_a_cutoff() -> None:
+    assert parse_age("36500d") == 36500 * DAY
+
+
+@pytest.mark.parametrize("value", ["30.", "+30", "3e1", "3_0", "inf", "nan", "1000000d"])
+def test_unusable_ages_are_flag_errors_and_delete_nothing(
+    tmp_path: Path, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write_session(tmp_path, DEMO, S1, 1 / 24, layout=KeyLayout())  # ended an hour ago
+    _write_session(tmp_path, DEMO, S2, 1 / 24, layout=KeyLayout())
+    before = _files(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        cli_main.main(["gc", "--storage-backend=local", f"--local-storage-dir={tmp_path}", f"--older-than={value}"])
+    assert exited.value.code == 2
+    assert f"--older-than={value}: " in capsys.readouterr().err
+    assert _files(tmp_path) == before
+
+
 def test_bad_flags_name_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for argv, message in [
         (["--older-than", "30"], "--older-than=30: give a unit"),
@@ -237,34 +268,55 @@ def _cutoff(days: float) -> datetime:
     return datetime.now(UTC) - timedelta(days=days)
 
 
-def test_every_object_goes_and_the_marker_last(tmp_path: Path) -> None:
+def test_every_object_goes_and_the_marker_first(tmp_path: Path) -> None:
     layout = KeyLayout()
     keys = _write_session(tmp_path, DEMO, S1, 40, layout=layout)
     store = RecordingStore(tmp_path)
     (record,) = scan(store, layout)
     assert delete_session(store, layout, record, _cutoff(30)) == len(keys)
     assert sorted(store.deleted) == sorted(keys)
-    assert store.deleted[-1] == layout.marker_key(DEMO, S1)
+    assert store.deleted[0] == layout.marker_key(DEMO, S1)
     assert _files(tmp_path) == set()
 
 
-def test_a_run_stopped_midway_leaves_a_listed_session_the_next_run_finishes(
+def test_a_run_stopped_midway_leaves_an_unlisted_session_the_next_run_finishes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     layout = KeyLayout()
-    _write_session(tmp_path, DEMO, S1, 40, layout=layout)
+    keys = _write_session(tmp_path, DEMO, S1, 40, layout=layout)
     _write_session(tmp_path, DEMO, S2, 40, layout=layout)
-    flaky = RecordingStore(tmp_path, fail_after=2)
+    flaky = RecordingStore(tmp_path, fail_after=2)  # the third delete fails
     decisions = select(scan(flaky, layout), cutoff=_cutoff(30))
     ended = next(d for d in decisions if d.delete)
     with pytest.raises(PermanentStorageError):
         delete_session(flaky, layout, ended.record, _cutoff(30))
     left = _files(tmp_path)
-    assert layout.marker_key(DEMO, S1) in left  # still listed: the marker goes last
+    assert layout.marker_key(DEMO, S1) not in left  # no longer listed by the server
+    assert set(keys) & left  # ... though some of its objects remain
+    # The next scan finds it by its cluster-history objects alone, still ended and old.
+    leftover = next(r for r in scan(LocalStore(tmp_path), layout) if r.session == S1)
+    assert not leftover.has_marker and leftover.objects == len(set(keys) & left)
     code, rows = _gc(tmp_path, "--older-than=30d", capsys=capsys)
     assert code == 0
     assert [(r["session"], r["action"]) for r in rows] == [(S1, "deleted"), (S2, "kept")]
     assert not any(S1 in path for path in _files(tmp_path))
+
+
+def test_a_marker_is_deleted_under_the_key_it_was_listed_by(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The kind segment is read case-insensitively; the key rebuilt from the parsed
+    # marker ("raycluster") is not the stored one ("RayCluster").
+    layout = KeyLayout()
+    store = LocalStore(tmp_path)
+    capitalised = f"cluster-metadata/RayCluster/{DEMO.namespace}_{DEMO.name}/{S1}"
+    both = [capitalised, layout.marker_key(DEMO, S1), f"cluster-metadata/RayCluster/{DEMO.namespace}_{DEMO.name}/{S2}"]
+    when = time.time() - 40 * DAY
+    for key in both:
+        store.put_bytes(key, b"")
+        os.utime(tmp_path / key, (when, when))
+    code, rows = _gc(tmp_path, "--older-than=30d", capsys=capsys)
+    assert code == 0
+    assert [(r["session"], r["action"]) for r in rows] == [(S1, "deleted"), (S2, "kept")]
+    assert _files(tmp_path) == {both[2]}
 
 
 def test_a_failed_delete_is_reported_and_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -65,6 +65,50 @@ def test_a_live_clusters_older_sessions_are_ended_by_its_newer_one() -> None:
     assert not decisions["raycluster-demo", S2].delete
 
 
+# ------------------------------------------------- clocks in session names
+# Ray names a session with the head's local time, read here as UTC. On the DST fall-back
+# night in New York (2026-11-01) a head that crashed in the session started 01:45 EDT
+# (05:45Z) and restarted 25 minutes later names the new one 01:10 EST (06:10Z).
+CRASHED = "session_2026-11-01_01-45-00_000000_10"
+RESTARTED = "session_2026-11-01_01-10-00_000000_11"
+NOV_1 = datetime(2026, 11, 1, 6, 30, tzinfo=UTC)
+LATER = NOV_1 + timedelta(days=25)  # both idle since Nov 1: older than the cutoff
+
+
+@pytest.mark.parametrize("live", [None, {("default", "raycluster-demo")}])
+def test_a_clock_set_back_does_not_end_the_running_session(live: set[tuple[str, str]] | None) -> None:
+    records = [_record(DEMO, CRASHED, NOV_1), _record(DEMO, RESTARTED, NOV_1)]
+    decisions = _by_session(select(records, cutoff=LATER - timedelta(days=20), live=live))
+    kept = decisions["raycluster-demo", RESTARTED]
+    assert not kept.delete, kept.reason
+    assert f"may be running: {CRASHED} is named less than 26h later but was not written to later" in kept.reason
+
+
+def test_a_running_session_written_after_its_named_successor_is_not_ended_by_it() -> None:
+    # The running session wrote last: the one whose name sorts later is the one that ended.
+    records = [_record(DEMO, CRASHED, NOV_1 - timedelta(minutes=30)), _record(DEMO, RESTARTED, NOV_1)]
+    decisions = _by_session(select(records, cutoff=LATER, live=None))
+    assert not decisions["raycluster-demo", RESTARTED].delete
+
+
+def test_a_close_successor_written_later_ends_a_session() -> None:
+    # An ordinary restart 20 minutes later: names that close could be reordered by a
+    # clock change, but the successor's objects were written later too.
+    first = "session_2026-11-01_10-00-00_000000_1"
+    second = "session_2026-11-01_10-20-00_000000_2"
+    records = [_record(DEMO, first, NOV_1), _record(DEMO, second, NOV_1 + timedelta(hours=1))]
+    decisions = _by_session(select(records, cutoff=LATER))
+    assert decisions["raycluster-demo", first].delete
+    assert f"a newer session of the cluster exists ({second})" in decisions["raycluster-demo", first].reason
+    assert not decisions["raycluster-demo", second].delete
+
+
+def test_a_successor_named_more_than_a_day_later_ends_a_session_whatever_its_write_times() -> None:
+    # Logs of an ended session may be uploaded after its successor's last write.
+    records = [_record(DEMO, S1, OLD), _record(DEMO, S2, OLD - timedelta(days=1))]
+    assert _deleted(select(records, cutoff=CUTOFF)) == {("raycluster-demo", S1)}
+
+
 # --------------------------------------------------------------- rule (b)
 def test_a_cluster_that_is_not_live_has_ended_all_its_sessions() -> None:
     records = [_record(DEMO, S2, OLD), _record(OTHER, S3, OLD)]
@@ -158,7 +202,7 @@ def test_summarise_folds_every_object_and_the_marker_into_its_session() -> None:
 
 
 def test_summarise_a_session_whose_marker_is_gone() -> None:
-    # What a gc interrupted after the objects but before the marker leaves the other way round.
+    # What a gc run that stopped midway leaves: it deletes the marker first.
     layout = KeyLayout()
     infos = [ObjectInfo(layout.log_key(DEMO, S1, "ab", "raylet.out"), 1, OLD)]
     (record,) = summarise(layout, infos)
