@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import time
@@ -80,6 +81,9 @@ def _start_index_ahead(app: Flask, indexes: IndexCache, store: ObjectStore, live
     )
     app.extensions[INDEX_AHEAD_EXTENSION] = ahead
     ahead.start()
+    # A gunicorn worker exits through sys.exit, which runs atexit: its threads let go
+    # of their slots instead of being cut off in the middle of a wait.
+    atexit.register(ahead.stop)
 
 
 def access_control_from_config(config: ServerConfig) -> AccessControl:

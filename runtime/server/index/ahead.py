@@ -10,13 +10,16 @@
   (gc, which deletes, never uses this rule). A session that may still be running is
   left to on-demand indexing, as before.
 * **Which first**: newest first, created within ``--index-ahead-max-age``, not
-  indexed yet, not failed in the last ``FAILED_RETRY_SECONDS``.
+  indexed yet, not failed (or dropped) in the last ``FAILED_RETRY_SECONDS``.
 * **Bounded**: at most ``--index-ahead-workers`` builds at once on this cache
   directory, whatever the number of gunicorn workers: a build holds one of that
-  many ``flock`` slots. Builds run at a lower CPU priority (``jobs.AHEAD_NICE``), so that
-  requests and the builds users wait for come first.
+  many ``flock`` slots until the build is over, however long it takes. Builds run
+  at a lower CPU priority (``jobs.AHEAD_NICE``), so that requests and the builds
+  users wait for come first.
 * **Within the cache**: nothing is indexed ahead while the indexes take
-  ``CACHE_SHARE`` of ``--cache-max-size``, so it never evicts what people use.
+  ``CACHE_SHARE`` of ``--cache-max-size``, and a build ahead never evicts what people
+  use: an index built ahead that does not fit is deleted instead (and not built ahead
+  again for ``FAILED_RETRY_SECONDS``).
 * **A user request jumps the queue**: it starts its own build at once (or joins the
   one under way for its session); the queue never delays it.
 """
@@ -42,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 #: How often the stored sessions are scanned for finished ones not yet indexed.
 SCAN_SECONDS = 30.0
-#: A session whose build failed is tried again after this long.
+#: A session whose build failed (or whose index did not fit the cache) is tried again after this long.
 FAILED_RETRY_SECONDS = 3600.0
 SLOT_PREFIX = "index-ahead-slot-"
 #: Builds ahead stop while the indexes take this share of ``--cache-max-size``.
@@ -53,6 +56,8 @@ CACHE_SHARE = 0.8
 QUIET_SECONDS = 1800.0
 #: How often the end marker of a session that may still run is looked for again.
 MARKER_RECHECK_SECONDS = 120.0
+#: How often a thread waiting for its build looks whether :meth:`IndexAhead.stop` was called.
+STOP_CHECK_SECONDS = 0.2
 
 
 class StoredSession(Protocol):
@@ -134,16 +139,40 @@ class IndexAhead:
             if stored is None:
                 return None
             try:
-                self.cache.ensure(stored.cluster, stored.session, wait=self.cache.config.build_timeout + 60, ahead=True)
-                logger.info("indexed ahead: %s/%s %s", stored.cluster.namespace, stored.cluster.name, stored.session)
-            except Exception as exc:  # logged; a user request for it answers the error
-                logger.warning("indexing %s ahead failed: %s", stored.session, exc)
-                with self._guard:
-                    self._failed[_key(stored)] = self._clock()
+                self._index(stored)
             finally:
                 with self._guard:
                     self._claimed.discard(_key(stored))
             return stored
+
+    def _index(self, stored: StoredSession) -> None:
+        """Build one index ahead and wait until the build is over (the caller holds the
+        slot meanwhile), or until :meth:`stop`."""
+        name = f"{stored.cluster.namespace}/{stored.cluster.name} {stored.session}"
+        try:
+            job = self.cache.build_ahead(stored.cluster, stored.session)
+        except Exception as exc:  # a session gone from storage, a storage outage
+            self._failed_ahead(stored, name, exc)
+            return
+        if job is not None:
+            if not self._wait(job.done):
+                logger.info("stopped waiting for the build ahead of %s; it goes on", name)
+                return  # still building is no failure
+            if job.error is not None:
+                self._failed_ahead(stored, name, job.error)
+                return
+        if self.cache.is_indexed(stored.cluster, stored.session):
+            logger.info("indexed ahead: %s", name)
+        else:  # it did not fit the cache (IndexCache.build_ahead): not again at once
+            logger.info("the index of %s built ahead was not kept: the cache is full", name)
+            self._retry_later(stored)
+
+    def _wait(self, done: threading.Event) -> bool:
+        """Whether ``done`` was set; False when :meth:`stop` was called first."""
+        while not done.wait(STOP_CHECK_SECONDS):
+            if self._stop.is_set():
+                return False
+        return True
 
     # ----------------------------------------------------------- the threads
     def start(self) -> None:
@@ -153,9 +182,13 @@ class IndexAhead:
             self._threads.append(thread)
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Stop the threads, waiting at most ``timeout`` seconds in all: a thread
+        waiting for a build lets go within ``STOP_CHECK_SECONDS`` (the build goes on in
+        its own thread), one scanning the sessions when the scan ends."""
         self._stop.set()
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -214,6 +247,14 @@ class IndexAhead:
         ``CACHE_SHARE`` of ``--cache-max-size``."""
         bound = self.cache.config.cache_max_bytes
         return bound > 0 and self.cache.used_bytes() >= bound * CACHE_SHARE
+
+    def _failed_ahead(self, stored: StoredSession, name: str, error: BaseException) -> None:
+        logger.warning("indexing %s ahead failed: %s", name, error)  # a request for it answers the error
+        self._retry_later(stored)
+
+    def _retry_later(self, stored: StoredSession) -> None:
+        with self._guard:
+            self._failed[_key(stored)] = self._clock()
 
     def _failed_lately(self, stored: StoredSession, now: float) -> bool:
         with self._guard:

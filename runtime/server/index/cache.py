@@ -29,7 +29,9 @@
   ``write``, uploaded in the background).
 * Byte-bounded LRU: after a build, least recently used indexes are deleted until
   the directory fits ``cache_max_bytes`` (recency = the index file's mtime, touched
-  when opened). A wiped directory is recreated and indexes rebuilt on demand.
+  when opened). A wiped directory is recreated and indexes rebuilt on demand. An
+  index built ahead of requests (:mod:`.ahead`) evicts nothing: when it does not fit,
+  it is deleted itself (unless a request joined its build).
 """
 
 from __future__ import annotations
@@ -150,9 +152,11 @@ class IndexCache:
             return path
         if not path.exists():
             self._require_stored(cluster, session)  # before any lock or file exists
-        job, started = self._jobs.start_or_join(path, lambda job: self._run_job(job, cluster, session, path, ahead))
+        job, started = self._start_or_join(cluster, session, path, ahead)
         if not started:
             self.metrics.cache_requests.labels("joined").inc()  # another request's build or check
+        if not ahead:
+            job.requested = True
         if not job.done.wait(self.config.build_wait if wait is None else wait):
             if _schema_ok(path):
                 # Re-indexing (or a slow re-listing): the previous index answers meanwhile.
@@ -164,7 +168,23 @@ class IndexCache:
             raise job.error
         return path
 
+    def build_ahead(self, cluster: ClusterRef, session: str) -> BuildJob | None:
+        """Start (or join) the build of a session's index ahead of any request; the
+        caller waits on the job's ``done`` as long as it likes. None: a current index
+        exists. Raises ApiError(404) for a session with no stored objects. An index
+        built ahead that no request waited for never evicts another one: it is deleted
+        instead when it does not fit ``--cache-max-size``."""
+        path = self.path_for(cluster, session)
+        if _schema_ok(path) and not self._check_due(path):
+            return None
+        if not path.exists():
+            self._require_stored(cluster, session)
+        return self._start_or_join(cluster, session, path, ahead=True)[0]
+
     # -------------------------------------------------------------- internals
+    def _start_or_join(self, cluster: ClusterRef, session: str, path: Path, ahead: bool) -> tuple[BuildJob, bool]:
+        return self._jobs.start_or_join(path, lambda job: self._run_job(job, cluster, session, path, ahead))
+
     def _require_stored(self, cluster: ClusterRef, session: str) -> None:
         """404 unless storage holds something under the session's prefix."""
         prefix = self.layout.session_prefix(cluster, session)
@@ -191,13 +211,12 @@ class IndexCache:
         with self._locks.hold(str(path)), file_lock(path, on_contended=job.waiting_elsewhere):
             job.building_here()
             try:
-                self._ensure_locked(cluster, session, path, job.progress, ahead)
+                self._ensure_locked(cluster, session, path, job, ahead)
             finally:
                 job.progress.remove()  # before the lock goes: a file present means a build under way
 
-    def _ensure_locked(
-        self, cluster: ClusterRef, session: str, path: Path, progress: ProgressFile, ahead: bool = False
-    ) -> Path:
+    def _ensure_locked(self, cluster: ClusterRef, session: str, path: Path, job: BuildJob, ahead: bool) -> Path:
+        progress = job.progress
         usable = _schema_ok(path)
         if usable and not self._check_due(path):
             self.metrics.cache_requests.labels("hit").inc()  # another worker just built or checked it
@@ -237,7 +256,10 @@ class IndexCache:
                 self._build(cluster, session, path, listing, progress)
             self._publish(cluster, session, path, events_fp)
         self._stamp(path)
-        self._evict(keep=path)
+        if ahead and not job.requested:
+            self._fit_ahead(path)
+        else:
+            self._evict(keep=path)
         return path
 
     def _publish(self, cluster: ClusterRef, session: str, path: Path, events_fp: str) -> None:
@@ -311,13 +333,28 @@ class IndexCache:
                 break
             if candidate == keep:
                 continue
-            for victim in (candidate, Path(f"{candidate}-wal"), Path(f"{candidate}-shm"), _stamp_path(candidate)):
-                _remove(victim)
-            remove_lock_file(candidate)  # goes with its index
-            self._touched.pop(str(candidate), None)
+            self._delete(candidate)
             total -= size
             self.metrics.evictions.inc()
             logger.info("evicted index %s (%d bytes) to respect the cache size", candidate.name, size)
+
+    def _fit_ahead(self, built: Path) -> None:
+        """After a build ahead no request waits for: the indexes people use are never
+        evicted for it (``ahead.py``); when it does not fit the bound it goes itself, and
+        is built again when a request asks for it."""
+        self._sweep_lock_files()
+        bound = self.config.cache_max_bytes
+        used = self.used_bytes()
+        if bound <= 0 or used <= bound:
+            return
+        self._delete(built)  # its lock file goes when the build lets go of it (file_lock)
+        logger.info("dropped index %s built ahead: the cache would take %d bytes of %d", built.name, used, bound)
+
+    def _delete(self, index: Path) -> None:
+        for victim in (index, Path(f"{index}-wal"), Path(f"{index}-shm"), _stamp_path(index)):
+            _remove(victim)
+        remove_lock_file(index)  # goes with its index (unless held: its holder removes it)
+        self._touched.pop(str(index), None)
 
     def _sweep_lock_files(self) -> None:
         """Lock files whose index is gone (left by a crash, or by an older version)."""

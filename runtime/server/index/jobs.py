@@ -41,6 +41,9 @@ class BuildJob:
         self.done = threading.Event()
         self.error: BaseException | None = None
         self.finished_at = 0.0  # monotonic
+        #: A request waits for this build: even one started ahead then keeps its index
+        #: like a request's build does (:meth:`IndexCache._ensure_locked`).
+        self.requested = False
         self._elsewhere = False
 
     def waiting_elsewhere(self) -> None:

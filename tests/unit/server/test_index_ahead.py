@@ -4,18 +4,21 @@ queued behind them."""
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from runtime.server.app import INDEX_AHEAD_EXTENSION, create_app
 from runtime.server.config import ServerConfig
+from runtime.server.errors import IndexBuildingError
 from runtime.server.index.ahead import SLOT_PREFIX, IndexAhead
 from runtime.server.index.cache import IndexCache
 from runtime.server.index.locks import SLOTS_DIR
@@ -24,7 +27,7 @@ from runtime.server.sessions import StoredSessions
 from runtime.storage.base import ObjectStore
 from runtime.storage.config import StorageConfig, open_store
 from runtime.storage.layout import ClusterRef, KeyLayout
-from tests.support.app_world import FakeLive, live_cluster
+from tests.support.app_world import FakeLive, live_cluster, server_config
 from tests.support.sample_session import SESSION_A, StoredSample, write_sample_session
 
 LAYOUT = KeyLayout("")
@@ -187,3 +190,103 @@ def test_liveness_unknown_an_end_marked_session_is_finished(world: World) -> Non
     assert (GONE.name, SESSION_A) not in _names(world.ahead().candidates())
     world.store.put_bytes(LAYOUT.session_ended_key(GONE, SESSION_A), b"{}")
     assert (GONE.name, SESSION_A) in _names(world.ahead().candidates())
+
+
+def _gate_reads(world: World, monkeypatch: pytest.MonkeyPatch, prefix: str) -> tuple[threading.Event, threading.Event]:
+    """Builds reading objects under ``prefix`` wait for ``release``; ``reached`` says one does."""
+    reached, release = threading.Event(), threading.Event()
+    read = world.store.get_bytes
+
+    def gated(key: str) -> bytes:
+        if key.startswith(prefix):
+            reached.set()
+            release.wait(30)
+        return read(key)
+
+    monkeypatch.setattr(world.store, "get_bytes", gated)
+    return reached, release
+
+
+def test_a_build_ahead_never_evicts_an_index_people_use(world: World) -> None:
+    """The cache share is checked before a build ahead; what it builds may still not fit.
+    Then the index built ahead is dropped (and not built again at once), not the user's."""
+    user = world.cache.ensure(DEMO, SESSION_A)  # a user reads this one
+    size = world.cache.used_bytes()
+    # The user's index takes 67 % (< CACHE_SHARE): a build ahead may start, but its index does not fit.
+    world.cache.config = replace(world.cache.config, cache_max_bytes=int(size * 1.5))
+    ahead = world.ahead()
+    assert _names([ahead.index_next()]) == [(GONE.name, SESSION_A)]
+    assert user.exists(), "a build ahead evicted the user's index"
+    assert not world.cache.is_indexed(GONE, SESSION_A), "what does not fit is not kept"
+    assert world.cache.metrics.registry.get_sample_value("historyserver_index_evictions_total") == 0
+    assert _names(ahead.candidates()) == [(DEMO.name, OLDER)], "not built again on the next scan"
+    world.cache.ensure(GONE, SESSION_A)  # a request's build still makes room as before
+    assert world.cache.is_indexed(GONE, SESSION_A) and not user.exists()
+
+
+def test_a_build_ahead_a_user_joined_is_kept(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request waiting on a build ahead makes it a request's build: its index is kept."""
+    world.cache.ensure(DEMO, SESSION_A)
+    world.cache.config = replace(world.cache.config, cache_max_bytes=int(world.cache.used_bytes() * 1.5))
+    reached, release = _gate_reads(world, monkeypatch, world.gone.session_prefix)
+    ahead = world.ahead()
+    thread = threading.Thread(target=ahead.index_next)
+    thread.start()
+    try:
+        assert reached.wait(30)
+        with pytest.raises(IndexBuildingError):
+            world.cache.ensure(GONE, SESSION_A, wait=0.0)  # joins the build ahead
+    finally:
+        release.set()
+        thread.join(30)
+    assert world.cache.is_indexed(GONE, SESSION_A)
+
+
+def test_stop_does_not_wait_for_the_build_under_way(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    reached, release = _gate_reads(world, monkeypatch, world.gone.session_prefix)
+    ahead = world.ahead()
+    ahead.start()
+    try:
+        assert reached.wait(30)
+        started = time.monotonic()
+        ahead.stop(timeout=3.0)
+        assert time.monotonic() - started < 2.0
+        assert not [t.name for t in ahead._threads if t.is_alive()]
+    finally:
+        release.set()
+        ahead.stop()
+    world.cache.ensure(GONE, SESSION_A, wait=30.0)
+    sample = world.cache.metrics.registry.get_sample_value
+    assert sample("historyserver_index_cache_requests_total", {"result": "joined"}) == 1, "the build went on"
+    assert sample("historyserver_index_builds_total", {"outcome": "ok"}) == 1
+
+
+def test_a_build_ahead_holds_its_slot_until_it_is_over(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """However long a build takes (``build_timeout`` is lowered here so that waiting for it
+    once timed out at 0.5 s), its slot is not free for another build ahead, and a build
+    still under way is not a failure."""
+    world.cache.config = replace(world.cache.config, build_timeout=-59.5)
+    reached, release = _gate_reads(world, monkeypatch, "")
+    ahead = world.ahead(workers=1)
+    first: list[object] = []
+    thread = threading.Thread(target=lambda: first.append(ahead.index_next()))
+    thread.start()
+    try:
+        assert reached.wait(30)
+        thread.join(1.0)
+        assert thread.is_alive(), "stopped waiting while the build goes on"
+        assert ahead.index_next() is None, "2 builds ahead at once with --index-ahead-workers=1"
+    finally:
+        release.set()
+        thread.join(30)
+    assert _names(first) == [(GONE.name, SESSION_A)] and world.cache.is_indexed(GONE, SESSION_A)
+    assert not ahead._failed
+
+
+def test_the_app_stops_indexing_ahead_at_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    registered: list[Callable[[], object]] = []
+    monkeypatch.setattr(atexit, "register", registered.append)
+    monkeypatch.setattr(IndexAhead, "start", lambda self: None)  # no threads needed here
+    app = create_app(replace(server_config(tmp_path), index_ahead=True), live=FakeLive([]))
+    ahead = app.extensions[INDEX_AHEAD_EXTENSION]
+    assert registered == [ahead.stop]
