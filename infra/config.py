@@ -52,6 +52,7 @@ from infra.config_values import (
 )
 from ray_history_pulumi.metrics import METRICS_MODES, check_url
 from ray_history_pulumi.storage_common import SHARED_INDEX_MODES
+from runtime.cli.gc import MAX_AGE_DAYS
 
 __all__ = [
     "NAMESPACE",
@@ -142,7 +143,13 @@ def _retention(s: _Section) -> RetentionSettings:
     if s.raw.get("days") in (None, ""):
         s.used.add("days")
         return RetentionSettings()
-    return RetentionSettings(days=s.positive_int("days", 1))
+    days = s.positive_int("days", 1)
+    if days > MAX_AGE_DAYS:
+        raise ConfigError(
+            f"{_key('retention.days')} must be at most {MAX_AGE_DAYS} (100 years: what the CronJob's "
+            f"`ray-history gc --older-than` accepts), got {days}"
+        )
+    return RetentionSettings(days=days)
 
 
 def _images(s: _Section) -> ImageSettings:

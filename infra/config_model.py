@@ -51,9 +51,9 @@ class RetentionSettings:
 
     Attributes:
         days: delete stored sessions that ended (were last written) more than this many days
-            ago, never one still running; empty = keep history forever. When set, the bucket's
-            own age rule (which deletes objects one by one, running sessions' too) is kept only
-            as a backstop at 3 times this.
+            ago (at most 36500), never one still running; empty = keep history forever. When
+            set, the bucket's own age rule (which deletes objects one by one, running sessions'
+            too) is kept only as a backstop at 3 times this.
     """
 
     days: int | None = None

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import pulumi
 import pulumi_aws as aws
 
+from ray_history_pulumi.aws_names import IAM_POLICY_NAME_MAX, IAM_ROLE_NAME_MAX, name_args
 from ray_history_pulumi.aws_policies import (
     INDEX_WRITE_ACTIONS,
     SERVER_BUCKET_ACTIONS,
@@ -291,6 +292,7 @@ class S3HistoryStorage(pulumi.ComponentResource):
             trust = pod_identity_trust_policy()
         role = aws.iam.Role(
             f"{name}-{kind}",
+            **name_args(f"{name}-{kind}", IAM_ROLE_NAME_MAX, keep=f"-{kind}"),
             assume_role_policy=trust,
             description=f"Ray history {kind}: {'read/write' if write else 'read-only'} access to one S3 bucket",
             tags=args.tags or None,
@@ -298,6 +300,7 @@ class S3HistoryStorage(pulumi.ComponentResource):
         )
         policy = aws.iam.RolePolicy(
             f"{name}-{kind}-s3",
+            **name_args(f"{name}-{kind}-s3", IAM_POLICY_NAME_MAX, keep=f"-{kind}-s3"),
             role=role.id,
             policy=pulumi.Output.all(self.bucket.arn, args.kms_key_arn).apply(
                 lambda a: bucket_access_policy(

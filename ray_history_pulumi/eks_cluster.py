@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import pulumi
 
+from ray_history_pulumi.aws_names import EKS_NODE_GROUP_NAME_MAX, IAM_ROLE_NAME_MAX, name_args
 from ray_history_pulumi.kubeconfig import exec_kubeconfig
 
 #: EKS cluster names: 1-100 characters, a letter or digit first, then letters, digits, '-' and '_'
@@ -88,13 +89,25 @@ class EksCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: EksClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         import pulumi_aws as aws
 
+        if args.cluster_name is None and not EKS_NAME.match(name):
+            raise ValueError(
+                f"EksCluster {name!r}: with no cluster_name the component's name is the EKS cluster's: a letter "
+                f"or digit, then letters, digits, '-' and '_', at most {EKS_NAME_MAX} characters"
+            )
         super().__init__("rayhistory:aws:EksCluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = args.tags or None
         managed = "arn:aws:iam::aws:policy/"
 
+        # The roles and the node group keep Pulumi's auto-names where they fit (so stacks
+        # deployed before see no change), and get a shortened name_prefix where a long
+        # cluster name would push them past AWS's limits (aws_names.name_args).
         cluster_role = aws.iam.Role(
-            f"{name}-cluster-role", assume_role_policy=_assume_role_policy("eks.amazonaws.com"), tags=tags, opts=child
+            f"{name}-cluster-role",
+            **name_args(f"{name}-cluster-role", IAM_ROLE_NAME_MAX, keep="-cluster-role"),
+            assume_role_policy=_assume_role_policy("eks.amazonaws.com"),
+            tags=tags,
+            opts=child,
         )
         cluster_policy = aws.iam.RolePolicyAttachment(
             f"{name}-cluster-policy", role=cluster_role.name, policy_arn=managed + "AmazonEKSClusterPolicy", opts=child
@@ -123,7 +136,11 @@ class EksCluster(pulumi.ComponentResource):
         self.oidc_provider_arn: pulumi.Output[str] = oidc.arn
 
         node_role = aws.iam.Role(
-            f"{name}-node-role", assume_role_policy=_assume_role_policy("ec2.amazonaws.com"), tags=tags, opts=child
+            f"{name}-node-role",
+            **name_args(f"{name}-node-role", IAM_ROLE_NAME_MAX, keep="-node-role"),
+            assume_role_policy=_assume_role_policy("ec2.amazonaws.com"),
+            tags=tags,
+            opts=child,
         )
         attachments = [
             aws.iam.RolePolicyAttachment(
@@ -137,6 +154,7 @@ class EksCluster(pulumi.ComponentResource):
         ]
         self.node_group = nodes = aws.eks.NodeGroup(
             f"{name}-nodes",
+            **name_args(f"{name}-nodes", EKS_NODE_GROUP_NAME_MAX, keep="-nodes", prefix_arg="node_group_name_prefix"),
             cluster_name=self.cluster.name,
             node_role_arn=node_role.arn,
             subnet_ids=list(args.subnet_ids),

@@ -187,6 +187,7 @@ def sigv4_proxy(
     """AWS SigV4 proxy for AMP's query API, as service account ``aps-query-proxy``."""
     import pulumi_aws as aws
 
+    from ray_history_pulumi.aws_names import IAM_POLICY_NAME_MAX, IAM_ROLE_NAME_MAX, name_args
     from ray_history_pulumi.aws_policies import irsa_trust_policy, pod_identity_trust_policy
 
     account = ServiceAccountRef(namespace, SIGV4_PROXY_NAME)
@@ -198,12 +199,14 @@ def sigv4_proxy(
         trust = pod_identity_trust_policy()
     role = aws.iam.Role(
         f"{name}-role",
+        **name_args(f"{name}-role", IAM_ROLE_NAME_MAX, keep="-role"),
         assume_role_policy=trust,
         description="Ray history metrics: query one Amazon Managed Service for Prometheus workspace",
         opts=on_cloud,
     )
     policy = aws.iam.RolePolicy(
         f"{name}-query",
+        **name_args(f"{name}-query", IAM_POLICY_NAME_MAX, keep="-query"),
         role=role.id,
         policy=pulumi.Output.from_input(workspace_arn).apply(aps_query_policy),
         opts=on_cloud,

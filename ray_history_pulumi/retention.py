@@ -30,6 +30,7 @@ import pulumi_kubernetes as k8s
 from ray_history_pulumi.contracts import IdentityWiring, StorageWiring
 from ray_history_pulumi.history_server import container_env
 from ray_history_pulumi.pod_security import restricted_container_security, restricted_pod_security
+from runtime.cli.gc import MAX_AGE_DAYS  # what `ray-history gc --older-than` accepts
 
 RETENTION_SERVICE_ACCOUNT = "ray-history-gc"
 CRON_JOB_NAME = "ray-history-gc"
@@ -46,8 +47,58 @@ DEFAULT_GC_RESOURCES: dict[str, dict[str, str]] = {
 }
 #: A run that has not finished after this long is stopped; the next one carries on.
 ACTIVE_DEADLINE_SECONDS = 6 * 3600
-_CRON_FIELD = re.compile(r"^[0-9*/,\-]+$")
+#: The five fields of ``spec.schedule`` and their ranges, as the API server checks them: it
+#: parses the schedule with robfig/cron v3 ``ParseStandard``, whose bounds are minute 0-59,
+#: hour 0-23, day of month 1-31, month 1-12 and day of week 0-6: 7 for Sunday is refused
+#: ("end of range (7) above maximum (6)"; https://github.com/robfig/cron/blob/v3.0.1/spec.go,
+#: https://kubernetes.io/docs/concepts/workloads/controllers/cron-jobs/#schedule-syntax).
+CRON_FIELDS: tuple[tuple[str, int, int], ...] = (
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day of month", 1, 31),
+    ("month", 1, 12),
+    ("day of week", 0, 6),
+)
+_CRON_RANGE = re.compile(r"(?:(\*)|([0-9]+)(?:-([0-9]+))?)(?:/([0-9]+))?")
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def check_cron_schedule(schedule: str) -> None:
+    """Raise ValueError naming the field of ``schedule`` the API server would refuse.
+
+    Five fields (:data:`CRON_FIELDS`), each a comma-separated list of ``*``, ``N`` or ``A-B``,
+    each optionally ``/STEP`` (``N/STEP`` runs from N to the field's maximum), numbers in the
+    field's range, ``A <= B`` and ``STEP >= 1``. Names (``mon``, ``jan``), ``?`` and macros
+    (``@daily``), which the API server would take, are refused here too: a schedule in numbers
+    says the same.
+    """
+    fields = schedule.split()
+    if len(fields) != len(CRON_FIELDS):
+        raise ValueError(
+            f"schedule: {schedule!r} has {len(fields)} fields; a cron schedule has 5 "
+            f"(minute hour day-of-month month day-of-week), like {DEFAULT_SCHEDULE!r}"
+        )
+    for text, (what, low, high) in zip(fields, CRON_FIELDS, strict=True):
+        for item in text.split(","):
+            problem = _cron_item_problem(item, low, high)
+            if problem:
+                raise ValueError(f"schedule: {schedule!r}: the {what} field {text!r}: {problem}")
+
+
+def _cron_item_problem(item: str, low: int, high: int) -> str | None:
+    """What is wrong with one list item of a cron field whose values run ``low``-``high``."""
+    match = _CRON_RANGE.fullmatch(item)
+    if not match:
+        return f"{item!r} is not *, N or A-B (each optionally /STEP), numbers only"
+    _, start, end, step = match.groups()
+    for number in (start, end):
+        if number is not None and not (len(number) <= 9 and low <= int(number) <= high):
+            return f"{number} is outside {low}-{high}"
+    if start is not None and end is not None and int(start) > int(end):
+        return f"the range {start}-{end} runs backwards"
+    if step is not None and (len(step) > 9 or int(step) < 1):
+        return f"the step in {item!r} must be a whole number from 1"
+    return None
 
 
 def backstop_days(days: int) -> int:
@@ -63,7 +114,7 @@ class SessionRetentionArgs:
         image: an image with the ``ray-history`` script (the history server's).
         wiring: the storage component's wiring; ``writers`` must hold
             ``namespace/account_name`` (give the storage component that account as a writer).
-        days: delete sessions that ended more than this many days ago.
+        days: delete sessions that ended more than this many days ago (1 to ``MAX_AGE_DAYS``, 36500).
         namespace: where the CronJob runs (the history server's; it must exist).
         account_name: the job's ServiceAccount.
         cluster_role_name: the ClusterRole listing RayClusters (cluster-scoped: one per stack).
@@ -89,13 +140,15 @@ class SessionRetentionArgs:
             raise ValueError("image: an image with the ray-history script is required")
         if isinstance(self.days, bool) or not isinstance(self.days, int) or self.days < 1:
             raise ValueError(f"days: must be a whole number of days, at least 1 (got {self.days!r})")
+        if self.days > MAX_AGE_DAYS:
+            raise ValueError(
+                f"days: at most {MAX_AGE_DAYS} (100 years: what `ray-history gc --older-than` accepts), got {self.days}"
+            )
         for what, value in (("namespace", self.namespace), ("account_name", self.account_name),
                             ("cluster_role_name", self.cluster_role_name)):  # fmt: skip
             if not _K8S_NAME.match(value):
                 raise ValueError(f"{what}: {value!r} is not a valid Kubernetes name")
-        fields = self.schedule.split()
-        if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
-            raise ValueError(f"schedule: {self.schedule!r} is not a 5-field cron schedule like {DEFAULT_SCHEDULE!r}")
+        check_cron_schedule(self.schedule)
         if self.wiring.backend not in ("gcs", "s3", "azureblob", "local"):
             raise ValueError(f"wiring.backend: {self.wiring.backend!r} is not gcs, s3, azureblob or local")
         if not self.wiring.secret_env and self.writer_key not in self.wiring.writers:

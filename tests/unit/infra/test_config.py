@@ -348,7 +348,24 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], str]] = [
         base(cloud="azure", gcp=None, storage={"bucket": "history"}, azure={**AZURE, "indexContainer": "history"}),
         "ray-history-server:azure.indexContainer is 'history', the history container",
     ),
+    # The CronJob's `ray-history gc --older-than=<days>d` refuses more than 36500 days.
+    (
+        "retention beyond gc's limit",
+        base(retention={"days": 40000}),
+        "ray-history-server:retention.days must be at most",
+    ),
+    ("no retention days", base(retention={"days": 0}), "ray-history-server:retention.days must be at least 1"),
 ]
+
+
+def test_retention_days_up_to_what_gc_accepts() -> None:
+    """``retention.days`` is bounded by runtime/cli/gc.py's MAX_AGE_DAYS: a larger value would deploy
+    a CronJob whose every run exits with a usage error."""
+    from runtime.cli.gc import MAX_AGE_DAYS
+
+    assert parse_config(base(retention={"days": MAX_AGE_DAYS})).retention.days == MAX_AGE_DAYS == 36500
+    with pytest.raises(ConfigError, match=r"retention\.days must be at most 36500"):
+        parse_config(base(retention={"days": MAX_AGE_DAYS + 1}))
 
 
 def test_shared_index_defaults_to_read_and_accepts_each_mode() -> None:

@@ -180,6 +180,24 @@ def test_eks_kubernetes_resources_wait_for_nodes_and_the_pod_identity_agent() ->
     assert provider.depends_on("ray-history-pod-identity-agent"), provider.dependency_names()
 
 
+@pytest.mark.parametrize("length", [44, 63])
+def test_eks_aws_names_fit_for_any_accepted_cluster_name(length: int) -> None:
+    """Every IAM role, inline policy and the node group gets a name AWS accepts, for any accepted ``cluster.name``.
+
+    AWS: IAM role names are at most 64 characters, policy names 128
+    (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html), EKS node group
+    names 63. ``cluster.name`` takes up to 63 characters; Pulumi's auto-name adds 8 to the logical
+    name, so ``{cluster.name}-cluster-role`` overflowed 64 from 44 characters on.
+    """
+    from tests.unit.infra.components.test_aws_names import names_over_limit
+
+    values = created_cluster_values("eks")
+    values["cluster"] = {**values.get("cluster", {}), "name": "r" * length}
+    mocks, _ = deploy_with(values)
+    assert len(mocks.of_type("aws:iam/role:Role")) >= 3  # the cluster's two and the storage's
+    assert names_over_limit(mocks) == []
+
+
 def test_gcp_apis_are_enabled_first_and_kept_on_destroy() -> None:
     """Container, Artifact Registry, Storage, IAM and IAM Credentials APIs are enabled before anything uses them.
 

@@ -22,6 +22,7 @@ from ray_history_pulumi.metrics_proxies import (
     GRAFANA_HELM_REPO,
     SIGV4_PROXY_IMAGE,
     AwsIdentity,
+    sigv4_proxy,
 )
 from tests.unit.infra.mocks import AWS_ACCOUNT, AWS_REGION, GCP_PROJECT_NUMBER, RecordedResource, RecordingMocks
 from tests.unit.infra.schema_validation import validate_k8s
@@ -227,3 +228,39 @@ def test_given_urls_replace_the_proxy_and_the_grafana() -> None:
     assert not [r for r in resources if r.typ in (RELEASE, DEPLOYMENT, "gcp:projects/iAMMember:IAMMember")]
     assert env["PROMETHEUS_URL"] == "http://prom.example:9090"
     assert env["GRAFANA_URL"] == "http://grafana.example"
+
+
+def test_sigv4_proxy_role_and_policy_names_fit_aws_limits() -> None:
+    """IAM role names are at most 64 characters and inline policy names 128
+    (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html): a name too
+    long for Pulumi's auto-name (logical name + 8) gets a shortened prefix; the program's own
+    (``metrics-sigv4``) keeps its auto-names."""
+    from tests.unit.infra.components.test_aws_names import names_over_limit
+
+    for name, prefixed in (("metrics-sigv4", (False, False)), ("m" * 60, (True, False)), ("m" * 125, (True, True))):
+        mocks = RecordingMocks.install()
+
+        @pulumi.runtime.test
+        def run(name: str = name) -> pulumi.Output[Any]:
+            proxy = sigv4_proxy(
+                name,
+                namespace="ray-history",
+                labels={},
+                workspace_id="ws-1",
+                workspace_arn=f"arn:aws:aps:{AWS_REGION}:{AWS_ACCOUNT}:workspace/ws-1",
+                identity=AwsIdentity(cluster_name="ray"),
+                cloud_provider=None,
+                on_k8s=pulumi.ResourceOptions(),
+                on_cloud=pulumi.ResourceOptions(),
+            )
+            return pulumi.Output.all(*(r.urn for r in proxy.resources))
+
+        run()
+        assert names_over_limit(mocks) == []
+        iam = mocks.of_type("aws:iam/role:Role") + mocks.of_type("aws:iam/rolePolicy:RolePolicy")
+        assert len(iam) == 2
+        # (roles, inline policies): a role's limit is 64, a policy's 128
+        assert {(r.typ.rsplit(":", 1)[1], bool(r.inputs.get("namePrefix"))) for r in iam} == {
+            ("Role", prefixed[0]),
+            ("RolePolicy", prefixed[1]),
+        }

@@ -405,3 +405,31 @@ def test_writers_maintain_indexes_and_the_wiring_carries_the_mode(mocks: Recordi
 def test_bad_shared_index_names_the_field() -> None:
     with pytest.raises(ValueError, match=re.escape("S3HistoryStorageArgs.shared_index='all'")):
         S3HistoryStorageArgs(identity_mode="pod-identity", cluster_name="c", shared_index="all")
+
+
+def test_role_and_policy_names_fit_aws_limits_for_a_long_component_name() -> None:
+    """IAM role names are at most 64 characters and inline policy names 128
+    (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html); a component
+    name too long for Pulumi's auto-name (logical name + 8) gets a shortened prefix instead,
+    and the default name ``history`` keeps the auto-names it always had."""
+    from tests.unit.infra.components.test_aws_names import names_over_limit
+
+    for name, prefixed in (("history", (False, False)), ("h" * 70, (True, False)), ("h" * 130, (True, True))):
+        mocks = RecordingMocks.install()
+
+        @pulumi.runtime.test
+        def program(name: str = name) -> pulumi.Output[Any]:
+            args = S3HistoryStorageArgs(
+                identity_mode="pod-identity", cluster_name="demo-eks", writers=WRITERS, server=SERVER
+            )
+            return _done(S3HistoryStorage(name, args))
+
+        program()
+        assert names_over_limit(mocks) == []
+        roles = mocks.of_type("aws:iam/role:Role") + mocks.of_type("aws:iam/rolePolicy:RolePolicy")
+        assert len(roles) == 4
+        # (roles, inline policies): a role's limit is 64, a policy's 128
+        assert {(r.typ.rsplit(":", 1)[1], bool(r.inputs.get("namePrefix"))) for r in roles} == {
+            ("Role", prefixed[0]),
+            ("RolePolicy", prefixed[1]),
+        }

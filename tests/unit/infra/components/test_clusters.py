@@ -20,6 +20,7 @@ from ray_history_pulumi.clusters import (
     GkeCluster,
     GkeClusterArgs,
 )
+from tests.unit.infra.components.test_aws_names import names_over_limit
 from tests.unit.infra.mocks import (
     AKS_ISSUER,
     AWS_ACCOUNT,
@@ -122,6 +123,75 @@ def test_eks_oidc_provider_pod_identity_addon_and_kubeconfig(mocks: RecordingMoc
     return pulumi.Output.all(
         eks.kubeconfig, eks.oidc_issuer_url, eks.oidc_provider_arn, eks.pod_identity_addon.id
     ).apply(check)
+
+
+def _eks_with_name(name: str) -> RecordingMocks:
+    mocks = RecordingMocks.install()
+
+    @pulumi.runtime.test
+    def run() -> pulumi.Output[None]:
+        eks = EksCluster(name, EksClusterArgs(subnet_ids=["subnet-a", "subnet-b"], cluster_name=name))
+        return eks.kubeconfig.apply(lambda _: None)
+
+    run()
+    return mocks
+
+
+@pytest.mark.parametrize("length", [10, 43, 44, 47, 50, 63, 100])
+def test_eks_role_and_node_group_names_fit_aws_limits_for_any_cluster_name(length: int) -> None:
+    """Every IAM role and the node group get a name AWS takes, whatever the cluster name's length.
+
+    AWS: IAM role names are at most 64 characters
+    (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html), EKS node group
+    names at most 63. Pulumi auto-names a resource as its logical name, "-" and 7 random
+    characters, and pulumi-aws refuses an auto-named role over 64 ("plus 7 random chars is
+    longer than maximum length 64"), so with ``{cluster}-cluster-role`` any cluster name over 43
+    characters (``cluster.name`` takes 63, EksClusterArgs 100) failed the first ``pulumi up``.
+    """
+    name = ("ray-" + "x" * length)[:length]
+    mocks = _eks_with_name(name)
+    assert names_over_limit(mocks) == []
+    assert len(mocks.of_type("aws:iam/role:Role")) == 2
+    assert mocks.one("aws:eks/cluster:Cluster").inputs["name"] == name
+
+
+def test_eks_names_that_fit_keep_pulumi_auto_names() -> None:
+    """A cluster deployed before this change keeps its roles and node group: their inputs have no
+    name or prefix, exactly as before (a new one would replace them, and the cluster with its role)."""
+    mocks = _eks_with_name("ray-history")
+    named = [
+        (r.name, key)
+        for typ in ("aws:iam/role:Role", "aws:eks/nodeGroup:NodeGroup")
+        for r in mocks.of_type(typ)
+        for key in ("name", "namePrefix", "nodeGroupName", "nodeGroupNamePrefix")
+        if r.inputs.get(key)
+    ]
+    assert named == []
+
+
+def test_eks_long_names_get_stable_distinct_prefixes() -> None:
+    """Too long for the auto-name: a prefix that is the same on every deploy (no replacement), keeps
+    the role's kind readable and leaves AWS's 26-character unique suffix room."""
+    name = "team-" + "a" * 58
+
+    def prefixes() -> dict[str, str]:
+        mocks = _eks_with_name(name)
+        found = {r.name: r.inputs["namePrefix"] for r in mocks.of_type("aws:iam/role:Role")}
+        found[f"{name}-nodes"] = mocks.one("aws:eks/nodeGroup:NodeGroup").inputs["nodeGroupNamePrefix"]
+        return found
+
+    first = prefixes()
+    assert first == prefixes()
+    cluster_role, node_role = first[f"{name}-cluster-role"], first[f"{name}-node-role"]
+    assert cluster_role.startswith("team-a") and cluster_role.endswith("-cluster-role-")
+    assert node_role.endswith("-node-role-")
+    assert len(cluster_role) == len(node_role) == 64 - 26
+    assert len(first[f"{name}-nodes"]) == 63 - 26
+
+
+def test_eks_component_name_must_be_an_eks_name_without_cluster_name() -> None:
+    with pytest.raises(ValueError, match="the component's name is the EKS cluster's"):
+        EksCluster("e" * 101, EksClusterArgs(subnet_ids=["subnet-a", "subnet-b"]))
 
 
 @settled

@@ -5,6 +5,7 @@ and the bucket's age rule becomes a backstop at 3x."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import pulumi
@@ -148,6 +149,7 @@ def test_cron_job_waits_for_the_writer_identity() -> None:
         ({"days": True}, "days"),
         ({"image": " "}, "image"),
         ({"schedule": "daily"}, "schedule"),
+        ({"days": 40000}, "days: at most 36500"),
         ({"namespace": "Bad_NS"}, "namespace"),
         ({"account_name": "other"}, r"wiring.writers: no identity for ray-history/other"),
         (
@@ -160,6 +162,69 @@ def test_cron_job_waits_for_the_writer_identity() -> None:
 def test_bad_args_name_the_parameter(kw: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         _args(**kw).validate()
+
+
+def test_days_are_bounded_by_what_the_gc_cli_accepts() -> None:
+    """The CronJob runs ``ray-history gc --older-than=<days>d``, which refuses more than
+    runtime/cli/gc.py's MAX_AGE_DAYS: validate() refuses what the job could never run."""
+    from runtime.cli.gc import MAX_AGE_DAYS
+
+    most = _args(days=MAX_AGE_DAYS)
+    most.validate()
+    assert build_parser().parse_args(most.gc_args()).older_than == MAX_AGE_DAYS * 86400
+    beyond = _args(days=MAX_AGE_DAYS + 1)
+    with pytest.raises(SystemExit):  # the real CLI refuses the job's own arguments
+        build_parser().parse_args(beyond.gc_args())
+    with pytest.raises(ValueError, match=f"days: at most {MAX_AGE_DAYS}"):
+        beyond.validate()
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "17 3 * * *",
+        "0 0 1 1 0",
+        "59 23 31 12 6",
+        "*/15 * * * *",
+        "0 1-5/2 * * 1-5",
+        "0,30 8-18 1,15 */3 *",
+        "5/10 * * * *",
+        "00 03 * * *",
+    ],
+)
+def test_schedules_the_api_server_accepts_pass(schedule: str) -> None:
+    _args(schedule=schedule).validate()
+
+
+@pytest.mark.parametrize(
+    ("schedule", "field"),
+    [
+        ("60 3 * * *", "minute field '60': 60 is outside 0-59"),
+        ("17 24 * * *", "hour field '24': 24 is outside 0-23"),
+        ("17 3 0 * *", "day of month field '0': 0 is outside 1-31"),
+        ("17 3 32 * *", "day of month field '32'"),
+        ("17 3 * 13 *", "month field '13': 13 is outside 1-12"),
+        ("17 3 * 0 *", "month field '0'"),
+        # robfig/cron v3 (the API server's parser) bounds the weekday 0-6: 7 is refused.
+        ("17 3 * * 7", "day of week field '7': 7 is outside 0-6"),
+        ("17 3 * * 1-7", "day of week field '1-7'"),
+        ("0 5-2 * * *", "hour field '5-2': the range 5-2 runs backwards"),
+        ("*/0 * * * *", "minute field '*/0': the step"),
+        ("0,60 * * * *", "minute field '0,60'"),
+        ("0,,5 * * * *", "minute field"),
+        ("0 * * *", "has 4 fields"),
+        ("0 0 * * * *", "has 6 fields"),
+        ("0 0 * * mon", "day of week field 'mon'"),
+        ("17 \u0663 * * *", "hour field"),  # a digit to Python, not to Go's strconv.Atoi
+        ("@daily", "has 1 fields"),
+    ],
+)
+def test_out_of_range_schedules_name_the_field(schedule: str, field: str) -> None:
+    """kube-apiserver parses spec.schedule and refuses a field out of its range (minute 0-59,
+    hour 0-23, day of month 1-31, month 1-12, day of week 0-6:
+    https://kubernetes.io/docs/concepts/workloads/controllers/cron-jobs/#schedule-syntax)."""
+    with pytest.raises(ValueError, match=f"^schedule: .*{re.escape(field)}"):
+        _args(schedule=schedule).validate()
 
 
 # -------------------------------------------------------------------- program
