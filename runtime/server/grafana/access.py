@@ -2,9 +2,17 @@
 names, the caller's right to read it, and its time window once it has ended.
 
 Sessions are known from the collector's markers, which a running cluster's collector
-writes too, so live sessions are found the same way. A name no stored session has is
-404; a session in a namespace the caller may not read is 403 (each decision audited by
-:func:`runtime.server.auth.authorize`).
+writes too, so live sessions are found the same way. The namespace here comes from a
+lookup, not from the caller, so a session in a namespace the caller may not read is
+answered exactly as a name no stored session has: the same 404, naming no namespace
+(the refusal is still in the audit log, :func:`runtime.server.auth.authorize`).
+Otherwise the answer would tell the caller that the session exists, and where.
+
+A session name is not unique across clusters (two namespaces may hold the same one),
+and a PromQL matcher ``SessionName="<name>"`` selects the series of *every* cluster
+with that name. So every stored session of that name must be readable; one that is
+not makes the name unreadable (404), rather than serving only the readable ones,
+whose pin would still let Prometheus return the other namespace's series.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from runtime.server.auth import authorize
+from runtime.server.auth import ForbiddenError, authorize
 from runtime.server.context import Services
 from runtime.server.errors import ApiError
 from runtime.server.grafana.window import Window
@@ -32,20 +40,30 @@ _END_SQL = (
 
 
 def readable_session(name: str) -> StoredSession:
-    """The stored session ``name`` names, if the caller may read its namespace."""
+    """The stored session ``name`` names (the first listed, if clusters share the name) when the
+    caller may read every stored session of that name; 404 otherwise, 503 when the
+    authorizer cannot be asked."""
     try:
         validate_session_name(name)
     except InvalidKeyError as exc:
         raise ApiError(400, f"SessionName {name!r}: {exc}") from None
     try:
-        found = next((s for s in stored_sessions().current() if s.session == name), None)
+        found = [s for s in stored_sessions().current() if s.session == name]
     except StorageError as exc:
         logger.warning("cannot list stored sessions to find %s: %s", name, exc)
         raise ApiError(503, f"cannot list stored sessions: {exc}", headers={"Retry-After": "5"}) from exc
-    if found is None:
-        raise ApiError(404, f"SessionName {name}: no stored session has this name")
-    authorize(found.cluster.namespace, found.cluster.name, found.session)  # ForbiddenError: 403
-    return found
+    if not found:
+        raise _absent(name)
+    for stored in found:
+        try:
+            authorize(stored.cluster.namespace, stored.cluster.name, stored.session)
+        except ForbiddenError:
+            raise _absent(name) from None  # audited as a denial; the caller learns nothing more
+    return found[0]
+
+
+def _absent(name: str) -> ApiError:
+    return ApiError(404, f"SessionName {name}: no stored session you may read has this name")
 
 
 def readable_sessions(names: Iterable[str]) -> list[StoredSession]:

@@ -6,12 +6,14 @@ answers), so one port-forward or ingress serves everything. What is forwarded:
 
 * ``/grafana/public/...`` (Grafana's own scripts, styles, fonts): no session data.
 * Dashboard pages ``/grafana/d/...`` and ``/grafana/d-solo/...``: must carry
-  ``var-SessionName`` naming a stored session the caller may read (404 unknown, 403
-  not readable). Once that session has ended the page is redirected to the same URL
-  with its absolute window (:mod:`runtime.server.grafana.window`); a running session's
-  URL passes through unchanged.
-* ``POST /grafana/api/ds/query`` (the panels' data): every query's ``expr`` must pass
-  :mod:`runtime.server.grafana.promql` for readable sessions.
+  ``var-SessionName`` naming a stored session the caller may read (404 when unknown
+  or not readable alike: :mod:`runtime.server.grafana.access`). Once that session has
+  ended the page is redirected to the same URL with its absolute window
+  (:mod:`runtime.server.grafana.window`); a running session's URL passes through unchanged.
+* ``POST /grafana/api/ds/query`` (the panels' data): every query, hidden or not, must be
+  PromQL for a Prometheus datasource passing :mod:`runtime.server.grafana.promql` for
+  readable sessions; server-side expressions and other datasources are 403, and the
+  body forwarded is rebuilt from the checked queries (:mod:`runtime.server.grafana.ds_query`).
 * Label-value lookups of the dashboards' variables (``.../resources/api/v1/labels``,
   ``label/<name>/values``, ``series``): the session is the one the framed page names
   (its ``Referer``'s ``var-SessionName``, checked like a page), and every ``match[]``
@@ -27,13 +29,13 @@ import logging
 import re
 from urllib.parse import urlencode, urlsplit
 
-import orjson
 from flask import Blueprint, Response, redirect, request
 
 from runtime.server.auth import no_namespace_data
 from runtime.server.context import services
 from runtime.server.errors import ApiError
 from runtime.server.grafana.access import ended_window, readable_session, readable_sessions
+from runtime.server.grafana.ds_query import MalformedQuery, check_ds_query
 from runtime.server.grafana.promql import QueryRefused, pin_selector, sessions_of
 from runtime.server.grafana.upstream import forward
 from runtime.server.grafana.window import rewrite_query, session_name_of
@@ -127,25 +129,21 @@ def _pinned_lookup() -> tuple[str, bytes | None]:
 
 
 def _checked_ds_query() -> bytes:
-    """The body of a panel's data request, once every query in it is pinned to sessions the caller may read."""
+    """The body of a panel's data request rebuilt from its checked queries, once every
+    query (hidden or not) is pinned to sessions the caller may read."""
     if (request.content_length or 0) > MAX_QUERY_BODY:
         raise ApiError(413, f"a data query body is limited to {MAX_QUERY_BODY} bytes")
     raw = request.get_data(cache=False)[: MAX_QUERY_BODY + 1]
     if len(raw) > MAX_QUERY_BODY:
         raise ApiError(413, f"a data query body is limited to {MAX_QUERY_BODY} bytes")
     try:
-        parsed = orjson.loads(raw)
-        queries = parsed["queries"]
-        exprs = [q["expr"] for q in queries if not q.get("hide")]
-        if not isinstance(queries, list) or not all(isinstance(e, str) for e in exprs):
-            raise TypeError
-    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
-        raise ApiError(400, "a data query must be JSON with queries[].expr (PromQL)") from None
-    names: set[str] = set()
-    for expr in exprs:
-        names |= _pinned(expr)
-    readable_sessions(names)
-    return raw
+        checked = check_ds_query(raw)
+    except MalformedQuery as exc:
+        raise ApiError(400, str(exc)) from None
+    except QueryRefused as exc:
+        raise ApiError(403, f"query refused: {exc}") from None
+    readable_sessions(checked.sessions)
+    return checked.body
 
 
 def _pinned(expr: str) -> set[str]:
