@@ -7,7 +7,8 @@ Shared by every caller, so it must carry nothing of any one of them:
 * no default headers (each request sends exactly what the proxy chose);
 * no cookie jar: a ``Set-Cookie`` an upstream sends one caller (a Ray dashboard's
   token cookie, a Grafana session) must never ride on the next caller's requests;
-* no retries: a POST (a job stop, a submission) must not be sent twice.
+* no retries: a request is sent once (a repeated profiling request, for one, would
+  profile the worker twice).
 """
 
 from __future__ import annotations

@@ -1,9 +1,20 @@
 """Reverse proxy to a live cluster's head dashboard (``session_name=live``).
 
-Better than the reference in the ways its weaknesses list asks for: every method
-(job stop, package upload, ...) and every path is forwarded, not only the GET
-routes; bodies stream both ways (``stream=True`` + a generator, nothing is
-buffered); the target comes from the live directory, never from a cookie;
+Read-only: access to a namespace is granted as "may read" (``get rayclusters``),
+so only ``GET`` and ``HEAD`` are forwarded. Every other method -- job submission
+(``POST /api/jobs/``, i.e. code execution on the cluster), job stop and delete,
+package uploads, Serve deployments -- is refused with ``403`` before the cluster
+is looked up, its token read or any connection opened; ``OPTIONS`` is answered
+here (``204``, ``Allow: GET, HEAD, OPTIONS``; the Dashboard is same-origin and
+needs no preflight) and never forwarded. The unmodified Ray Dashboard (2.60)
+reads with ``GET`` only; its one other request, ``POST /api/authenticate`` (the
+token login dialog, shown only after a ``401``/``403``), cannot succeed through
+the proxy anyway (credentials never pass, see below). Changing a live cluster
+takes Ray's own dashboard or Jobs API with the caller's own credentials.
+
+Better than the reference otherwise: every path is forwarded, not only the
+routes it knows; bodies stream both ways (``stream=True`` + a generator, nothing
+is buffered); the target comes from the live directory, never from a cookie;
 hop-by-hop and client-sent forwarding headers are dropped; failures are JSON
 naming the cluster and the URL tried.
 
@@ -51,7 +62,12 @@ logger = logging.getLogger(__name__)
 #: Log streams stay open as long as the log grows: no read timeout once headers came.
 STREAM_PATHS = (re.compile(r"^/api/v0/logs/stream/?$"), re.compile(r"^/api/jobs/[^/]+/logs/tail/?$"))
 CHUNK = 64 * 1024
+#: What is forwarded: the authorizer's grant is "may read" (``get rayclusters``).
+READ_METHODS = frozenset({"GET", "HEAD"})
+#: What the catch-all route accepts, so that a write gets our JSON 403 (naming the
+#: method) rather than werkzeug's bare 405; only READ_METHODS are ever forwarded.
 METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")
+ALLOW = "GET, HEAD, OPTIONS"
 _EXTENSION = "historyserver.proxy"
 _STREAMS_EXTENSION = "historyserver.proxy.streams"
 _session_lock = threading.Lock()
@@ -90,6 +106,9 @@ def proxy_request(
     ``historyserver_live_proxy_requests_total``)."""
     metrics = outcomes
     label = f"{selection.namespace}/{selection.name}"
+    if request.method not in READ_METHODS:
+        # Before discovery, the Secret and any connection: a write never carries the token.
+        return _not_forwarded(request, label, metrics)
     found = _resolve(selection, request, live, metrics)
     if isinstance(found, Response):
         return found
@@ -133,6 +152,24 @@ def proxy_request(
     if streaming:
         response.headers["X-Accel-Buffering"] = "no"  # ask nginx-style ingresses not to buffer
     return response
+
+
+def _not_forwarded(request: Request, label: str, metrics: Counter) -> Response:
+    """Our answer to anything but a read: OPTIONS is answered here, the rest is 403."""
+    if request.method == "OPTIONS":
+        metrics.labels("options").inc()
+        response = Response(status=204)
+        response.headers["Allow"] = ALLOW
+        return response
+    metrics.labels("read_only").inc()
+    logger.info("live cluster %s: refused %s %r (the live proxy is read-only)", label, request.method, request.path)
+    return json_error(
+        403,
+        f"the history server proxies live clusters read-only: {request.method} {request.path} is not forwarded "
+        f"to live cluster {label} (only GET and HEAD are); use Ray's own dashboard or Jobs API with your own "
+        "credentials to change a cluster",
+        {"Allow": ALLOW},
+    )
 
 
 def _resolve(

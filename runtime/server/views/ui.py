@@ -6,12 +6,15 @@ is found without importing ``ray`` (seconds of start-up), or given with
 requests are relative to the page (``api/...``, not ``/api/...``), so the server only sees ``/``,
 ``/favicon.ico``, ``/static/...`` and API calls.
 
-The last-resort route ``/<path:path>`` (any method) proxies to a live cluster
-when the selection cookie says ``live`` -- the Dashboard's own paths that no
-stored-session view implements (``POST /api/jobs/<id>/stop``, ``/worker/...``)
+The last-resort route ``/<path:path>`` proxies to a live cluster when the
+selection cookie says ``live`` -- the Dashboard's own paths that no
+stored-session view implements (``/worker/traceback``, ``/task/cpu_profile``, ...)
 -- and otherwise answers 404, which is also what makes ``ray start
 --proxy-server-url`` fall back to Ray's own handler. Werkzeug picks the most
-specific rule, so every other blueprint's routes win over it.
+specific rule, so every other blueprint's routes win over it. It accepts every
+method so that a write to a live cluster gets the proxy's JSON 403 (the live
+proxy is read-only: :data:`runtime.server.live.proxy.READ_METHODS`), not a bare
+405.
 """
 
 from __future__ import annotations

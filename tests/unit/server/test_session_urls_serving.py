@@ -198,11 +198,15 @@ def test_live_sessions_go_through_the_live_proxy(tmp_path: Path) -> None:
         app = _live_app(tmp_path, upstream)
         client = app.test_client()
         for url in ("/sessions/default/live-demo/live/", "/sessions/default/live-demo/latest/"):
-            answer = client.post(url + "api/jobs/raysubmit_x/stop", data=b"{}", content_type="application/json")
+            answer = client.get(url + "worker/traceback?pid=1&node_id=n")
             assert answer.status_code == 200, answer.get_data(as_text=True)
-            assert answer.get_json()["path"] == "/api/jobs/raysubmit_x/stop"
+            assert answer.get_json()["path"] == "/worker/traceback?pid=1&node_id=n"
             assert _no_cookies_set(answer)
             assert client.get(url + "api/jobs/").get_json()["path"] == "/api/jobs/"
+            refused = client.post(url + "api/jobs/raysubmit_x/stop", data=b"{}", content_type="application/json")
+            assert refused.status_code == 403 and "read-only" in refused.get_json()["msg"]
+            assert _no_cookies_set(refused)
+        assert {s.method for s in upstream.seen} == {"GET"}
 
 
 def _live_app(tmp_path: Path, upstream: Upstream) -> Flask:

@@ -1,6 +1,6 @@
 """The live proxy against a real upstream HTTP server, through our app under a real
-(threaded werkzeug) server: methods, bodies, streaming, timeouts, header hygiene,
-failures."""
+(threaded werkzeug) server: read-only methods, bodies, streaming, timeouts, header
+hygiene, failures."""
 
 from __future__ import annotations
 
@@ -81,21 +81,33 @@ def test_get_keeps_path_and_query_exactly(proxy: tuple[str, requests.Session], u
     assert "session_name=live" in answer.headers["Set-Cookie"]
 
 
-def test_post_with_body_stops_a_job(proxy: tuple[str, requests.Session], upstream: Upstream) -> None:
+def test_writes_are_refused_and_never_sent(proxy: tuple[str, requests.Session], upstream: Upstream) -> None:
+    """The live proxy is read-only (test_read_only.py has the access-control side)."""
     url, client = proxy
     answer = client.post(f"{url}/api/jobs/raysubmit_abc/stop", json={"reason": "test"}, timeout=10)
-    assert answer.status_code == 200
-    seen = upstream.last()
-    assert (seen.method, seen.path) == ("POST", "/api/jobs/raysubmit_abc/stop")
-    assert json.loads(seen.body) == {"reason": "test"}
-    assert seen.header("Content-Type") == "application/json"
-    assert seen.header("Content-Length") == str(len(seen.body))
+    assert answer.status_code == 403
+    assert "proxies live clusters read-only: POST /api/jobs/raysubmit_abc/stop" in answer.json()["msg"]
+    assert client.delete(f"{url}/api/jobs/raysubmit_abc", timeout=10).status_code == 403
+    assert client.patch(f"{url}/api/thing", data=b"x", timeout=10).status_code == 403
+    assert upstream.seen == []
+    assert _proxied(client.app, "read_only") == 3  # type: ignore[attr-defined]
 
 
-def test_large_put_is_sent_with_its_length(proxy: tuple[str, requests.Session], upstream: Upstream) -> None:
+def test_large_put_is_refused_and_the_connection_stays_usable(
+    proxy: tuple[str, requests.Session], upstream: Upstream
+) -> None:
     url, client = proxy
     payload = bytes(range(256)) * 20_000  # 5 MB, like a runtime-env package upload
     answer = client.put(f"{url}/api/packages/gcs/_ray_pkg_x.zip", data=payload, timeout=30)
+    assert answer.status_code == 403
+    assert client.get(f"{url}/api/version", timeout=10).status_code == 200
+    assert [s.method for s in upstream.seen] == ["GET"]
+
+
+def test_a_read_with_a_body_is_sent_with_its_length(proxy: tuple[str, requests.Session], upstream: Upstream) -> None:
+    url, client = proxy
+    payload = bytes(range(256)) * 20_000
+    answer = client.request("GET", f"{url}/api/v0/tasks", data=payload, timeout=30)
     assert answer.status_code == 200
     seen = upstream.last()
     assert seen.body == payload
@@ -105,16 +117,9 @@ def test_large_put_is_sent_with_its_length(proxy: tuple[str, requests.Session], 
 
 def test_chunked_request_body_is_forwarded(proxy: tuple[str, requests.Session], upstream: Upstream) -> None:
     url, client = proxy
-    answer = client.post(f"{url}/api/jobs/", data=iter([b'{"entrypoint":', b' "python x.py"}']), timeout=10)
+    answer = client.request("GET", f"{url}/api/v0/tasks", data=iter([b'{"limit":', b" 1}"]), timeout=10)
     assert answer.status_code == 200
-    assert json.loads(upstream.last().body) == {"entrypoint": "python x.py"}
-
-
-def test_delete_and_patch(proxy: tuple[str, requests.Session], upstream: Upstream) -> None:
-    url, client = proxy
-    assert client.delete(f"{url}/api/jobs/raysubmit_abc", timeout=10).json()["method"] == "DELETE"
-    assert client.patch(f"{url}/api/thing", data=b"x", timeout=10).json()["method"] == "PATCH"
-    assert [s.method for s in upstream.seen] == ["DELETE", "PATCH"]
+    assert json.loads(upstream.last().body) == {"limit": 1}
 
 
 def test_head_has_headers_but_no_body(proxy: tuple[str, requests.Session], upstream: Upstream) -> None:

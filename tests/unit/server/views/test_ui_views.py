@@ -136,11 +136,15 @@ def test_live_selection_is_proxied(tmp_path: Path, build: Path, upstream: Upstre
     directory = StaticLiveDirectory([LiveClusterURL("default", "live-demo", upstream.url)])
     app = make_app(server_config(tmp_path, dashboard_dir=build), directory)
     client = _client(app, live_cookies())
-    answer = client.post("/api/jobs/raysubmit_x/stop", data=b"{}", content_type="application/json")
+    answer = client.get("/api/jobs/raysubmit_x?x=1")
     assert answer.status_code == 200
-    assert answer.get_json()["path"] == "/api/jobs/raysubmit_x/stop"
-    assert upstream.last().method == "POST"
+    assert answer.get_json()["path"] == "/api/jobs/raysubmit_x?x=1"
+    assert upstream.last().method == "GET"
     assert "session_name=live; " in "\n".join(answer.headers.getlist("Set-Cookie"))
+    # Read-only: a write is our JSON 403 (not a bare 405), never sent to the cluster.
+    refused = client.post("/api/jobs/raysubmit_x/stop", data=b"{}", content_type="application/json")
+    assert refused.status_code == 403 and "read-only" in refused.get_json()["msg"]
+    assert [s.method for s in upstream.seen] == ["GET"]
     assert client.get("/worker/traceback?pid=1&ip=10.0.0.1").get_json()["path"] == "/worker/traceback?pid=1&ip=10.0.0.1"
     # The UI itself is always ours, even for a live cluster.
     assert b"Ray Dashboard" in client.get("/").data
