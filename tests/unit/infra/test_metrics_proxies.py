@@ -235,7 +235,7 @@ def test_sigv4_proxy_role_and_policy_names_fit_aws_limits() -> None:
     (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html): a name too
     long for Pulumi's auto-name (logical name + 8) gets a shortened prefix; the program's own
     (``metrics-sigv4``) keeps its auto-names."""
-    from tests.unit.infra.components.test_aws_names import names_over_limit
+    from tests.unit.infra.components.test_aws_names import iam_naming, names_over_limit
 
     for name, prefixed in (("metrics-sigv4", (False, False)), ("m" * 60, (True, False)), ("m" * 125, (True, True))):
         mocks = RecordingMocks.install()
@@ -257,10 +257,4 @@ def test_sigv4_proxy_role_and_policy_names_fit_aws_limits() -> None:
 
         run()
         assert names_over_limit(mocks) == []
-        iam = mocks.of_type("aws:iam/role:Role") + mocks.of_type("aws:iam/rolePolicy:RolePolicy")
-        assert len(iam) == 2
-        # (roles, inline policies): a role's limit is 64, a policy's 128
-        assert {(r.typ.rsplit(":", 1)[1], bool(r.inputs.get("namePrefix"))) for r in iam} == {
-            ("Role", prefixed[0]),
-            ("RolePolicy", prefixed[1]),
-        }
+        assert iam_naming(mocks) == (2, {("Role", prefixed[0]), ("RolePolicy", prefixed[1])})

@@ -47,6 +47,13 @@ def names_over_limit(mocks: RecordingMocks) -> list[tuple[str, str, int]]:
     ]
 
 
+def iam_naming(mocks: RecordingMocks) -> tuple[int, set[tuple[str, bool]]]:
+    """How many IAM roles and inline policies were recorded, and for each kind whether
+    it was given a ``namePrefix`` (a role's limit is 64, an inline policy's 128)."""
+    iam = mocks.of_type("aws:iam/role:Role") + mocks.of_type("aws:iam/rolePolicy:RolePolicy")
+    return len(iam), {(r.typ.rsplit(":", 1)[1], bool(r.inputs.get("namePrefix"))) for r in iam}
+
+
 def test_a_name_that_fits_keeps_the_auto_name() -> None:
     """No inputs at all: a resource deployed before sees no change (and is not replaced)."""
     assert name_args("ray-history-cluster-role", 64) == {}

@@ -412,7 +412,7 @@ def test_role_and_policy_names_fit_aws_limits_for_a_long_component_name() -> Non
     (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html); a component
     name too long for Pulumi's auto-name (logical name + 8) gets a shortened prefix instead,
     and the default name ``history`` keeps the auto-names it always had."""
-    from tests.unit.infra.components.test_aws_names import names_over_limit
+    from tests.unit.infra.components.test_aws_names import iam_naming, names_over_limit
 
     for name, prefixed in (("history", (False, False)), ("h" * 70, (True, False)), ("h" * 130, (True, True))):
         mocks = RecordingMocks.install()
@@ -426,10 +426,4 @@ def test_role_and_policy_names_fit_aws_limits_for_a_long_component_name() -> Non
 
         program()
         assert names_over_limit(mocks) == []
-        roles = mocks.of_type("aws:iam/role:Role") + mocks.of_type("aws:iam/rolePolicy:RolePolicy")
-        assert len(roles) == 4
-        # (roles, inline policies): a role's limit is 64, a policy's 128
-        assert {(r.typ.rsplit(":", 1)[1], bool(r.inputs.get("namePrefix"))) for r in roles} == {
-            ("Role", prefixed[0]),
-            ("RolePolicy", prefixed[1]),
-        }
+        assert iam_naming(mocks) == (4, {("Role", prefixed[0]), ("RolePolicy", prefixed[1])})
