@@ -195,6 +195,10 @@ def test_gc_deletes_an_ended_sessions_indexes_from_azures_index_container(
         azurite.make_store(index_container, retry=TEST_RETRY) as indexes,
     ):
         ended = write_sample_session(store, LAYOUT)
+        # Azurite keeps write times to the second, and a session named less than a day
+        # later ends another only if it was also written later (retention.py): a tie
+        # keeps both, in case a clock change reordered the names.
+        time.sleep(1.1)
         running = write_sample_session(store, LAYOUT, run=RUN_B)  # newer: ends the first
         assert running.session > ended.session
         writer = _app(azurite, bucket, tmp_path / "w", "write", store, shared_index_container=index_container)
