@@ -88,6 +88,11 @@ def test_sigterm_with_storage_hanging_ends_within_the_deadline_and_keeps_the_spo
     finally:
         valve.cancel()
         storage_back.set()
+    # The parts the first collector left blocked go on now that storage is back (a real
+    # process has exited by then): let them end before a second one works on the spool.
+    settled = time.monotonic() + 15
+    while time.monotonic() < settled and any(t.name.startswith("shutdown") for t in threading.enumerate()):
+        time.sleep(0.05)
 
     # The next collector on the same disk, storage back: the batch is uploaded.
     restarted = Collector(config(tmp_path, ray_root), LocalStore(tmp_path / "bucket"))
