@@ -133,16 +133,23 @@ def test_storage_outage_across_shutdown_loses_nothing(
     prefix = cluster.layout.cluster_prefix(CLUSTER)
     session_prefix = stored_dir / prefix / session
 
+    last_gap = ["nothing compared yet"]
+
     def logs_complete() -> bool:
         storage.download(prefix, stored_dir)
         try:
             for node, node_id in ((cluster.head, head_id), (cluster.worker, worker_id)):
                 compare_logs(node.session_dir() / "logs", session_prefix / node_id / "logs", sigterm_at)
-        except AssertionError:
+        except AssertionError as gap:
+            last_gap[0] = str(gap)
             return False
         return True
 
-    wait_until(logs_complete, 120, "every log byte of both nodes in storage", interval=2.0)
+    try:
+        wait_until(logs_complete, 120, "every log byte of both nodes in storage", interval=2.0)
+    except TimeoutError as timeout:  # say which file was still missing, and the collectors' view
+        logs = {node.role: node.collector.log()[-2000:] if node.collector else "" for node in nodes}
+        raise AssertionError(f"{timeout}; last gap: {last_gap[0]}; collector logs: {logs}") from timeout
 
     # --- events: each acknowledged event stored exactly once, under its node's prefix
     counts: dict[str, tuple[int, int]] = {}

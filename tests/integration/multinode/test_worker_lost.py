@@ -44,7 +44,23 @@ def test_a_lost_worker_keeps_what_it_shipped_and_is_dead_in_history(cluster: Two
         return any(b"outlives_its_node started" in p.read_bytes() for p in (worker_prefix / "logs").glob("worker-*"))
 
     wait_until(line_shipped, 60, "the worker's running task's output in storage")
-    time.sleep(4)  # one rotation (3 s): the worker's events so far are uploaded too
+    live_running = cluster.get("/api/v0/tasks?detail=1&limit=10000")["data"]["result"]["result"]
+    [running_id] = [t["task_id"] for t in live_running if t["name"] == "outlives_its_node"]
+
+    # The log file is found by the attempt's taskLogInfo, which the worker reports in a
+    # lifecycle event of its own (flushed every 1 s, then a 3 s rotation): wait for that
+    # event in storage rather than a fixed time, which a loaded machine outran once.
+    def log_info_shipped() -> bool:
+        return any(
+            isinstance(payload, dict)
+            and payload.get("taskLogInfo")
+            and to_hex_id(str(payload.get("taskId"))) == running_id
+            for event in stored_events(worker_prefix)
+            for payload in [event.get("taskLifecycleEvent")]
+        )
+
+    wait_until(log_info_shipped, 60, "the running task's taskLogInfo in storage")
+    time.sleep(4)  # one more rotation (3 s): the worker's other events so far are uploaded too
     shipped_before = files_with_sizes(worker_prefix)
     acked_before = cluster.worker.acknowledged()
 
