@@ -77,6 +77,9 @@ class ObjectStore(ABC):
 
     #: Backend name as used on the command line: local, gcs, s3, azureblob.
     backend: str = ""
+    #: Where a bucket check may list (the storage root, set by ``open_store``): a
+    #: least-privilege identity may list nothing outside it.
+    probe_prefix: str = ""
 
     def __init__(self, bucket: str, retry: RetryPolicy | None = None) -> None:
         self.bucket = bucket

@@ -195,7 +195,12 @@ class GCSStore(ObjectStore):
             # listing proves the bucket exists with object permissions only.
             logger.debug("no storage.buckets.get on %s, probing with a listing", self.bucket)
             probe = self._client.list_blobs(
-                self._bucket, max_results=1, fields="items(name)", timeout=TIMEOUT, retry=None
+                self._bucket,
+                prefix=self.probe_prefix or None,
+                max_results=1,
+                fields="items(name)",
+                timeout=TIMEOUT,
+                retry=None,
             )
             try:
                 next(probe.pages)

@@ -256,6 +256,10 @@ class KeyLayout:
     def _join(self, *parts: str) -> str:
         return "/".join(p for p in (self.root, *parts) if p)
 
+    def root_prefix(self) -> str:
+        """``{root}/``, or ``""`` at the bucket root: every key of ours starts with it."""
+        return f"{self.root}/" if self.root else ""
+
     # cluster-history --------------------------------------------------------
     def history_prefix(self) -> str:
         """``{root}/cluster-history/``: every session's objects lie below it."""

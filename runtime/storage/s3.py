@@ -243,8 +243,14 @@ class S3Store(ObjectStore):
         self._client.delete_object(Bucket=self.bucket, Key=key)
 
     def _bucket_exists(self) -> bool:
+        # Not HeadBucket: it needs s3:ListBucket with no s3:prefix in the request, which
+        # a policy allowing listings only under the storage root (ours) denies. A
+        # one-key listing there needs nothing beyond what reading needs.
+        args: dict[str, Any] = {"Bucket": self.bucket, "MaxKeys": 1}
+        if self.probe_prefix:
+            args["Prefix"] = self.probe_prefix
         try:
-            self._client.head_bucket(Bucket=self.bucket)
+            self._client.list_objects_v2(**args)
         except ClientError as exc:
             if _code(exc) in {"404", "NoSuchBucket", "NotFound"}:
                 return False
