@@ -112,11 +112,13 @@ class IndexAhead:
             newest[key] = max(newest.get(key, 0.0), stored.created_at.timestamp())
         now = self._clock()
         found = []
+        considered: set[tuple[str, str, str]] = set()
         for stored in sessions:  # newest first
             started = stored.created_at.timestamp()
             cluster = (stored.cluster.namespace, stored.cluster.name)
             if now - started > self.max_age:
                 continue
+            considered.add(_key(stored))
             finished = newest[cluster] > started or (live is not None and cluster not in live)
             if not finished and live is None:
                 finished = self._marked_ended(stored, now) or self._quiet_since(stored, now)
@@ -127,6 +129,7 @@ class IndexAhead:
             ):
                 continue
             found.append(stored)
+        self._forget_all_but(considered)
         return found
 
     def index_next(self) -> StoredSession | None:
@@ -233,6 +236,14 @@ class IndexAhead:
         with self._guard:
             self._quiet_checks[key] = (newest, recheck)
         return quiet
+
+    def _forget_all_but(self, considered: set[tuple[str, str, str]]) -> None:
+        """Drop what was noted about sessions no longer listed (deleted by ``gc``) or past
+        ``max_age``: a server running for months would otherwise keep them all."""
+        with self._guard:
+            for notes in (self._quiet_checks, self._marker_checks, self._failed):
+                for key in [key for key in notes if key not in considered]:
+                    del notes[key]
 
     def _claim(self) -> StoredSession | None:
         for stored in self.candidates():

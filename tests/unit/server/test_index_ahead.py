@@ -290,3 +290,36 @@ def test_the_app_stops_indexing_ahead_at_exit(tmp_path: Path, monkeypatch: pytes
     app = create_app(replace(server_config(tmp_path), index_ahead=True), live=FakeLive([]))
     ahead = app.extensions[INDEX_AHEAD_EXTENSION]
     assert registered == [ahead.stop]
+
+
+def test_what_is_noted_about_a_session_goes_with_it(world: World) -> None:
+    """End-marker lookups, quiet-period listings and failures are remembered per session;
+    once a session is deleted (``gc``) or past ``--index-ahead-max-age``, nothing about it
+    is kept, so a server running for months holds notes on the sessions it may index only."""
+    world.live.available = False  # liveness unknown: markers and listings are consulted
+    clock = [NOW]
+    ahead = IndexAhead(
+        world.cache,
+        lambda: world.sessions.current(refresh=True),
+        world.live,
+        workers=1,
+        max_age=MAX_AGE,
+        clock=lambda: clock[0],
+    )
+    ahead.candidates()
+    gone_key = ("default", GONE.name, SESSION_A)
+    assert gone_key in ahead._marker_checks and gone_key in ahead._quiet_checks
+    ahead._retry_later(next(s for s in world.sessions.current(refresh=True) if s.cluster == GONE))
+    assert gone_key in ahead._failed
+
+    for info in list(world.store.walk(world.gone.session_prefix)):  # gc deleted the session
+        world.store.delete(info.key)
+    world.store.delete(LAYOUT.marker_key(GONE, SESSION_A))
+    ahead.candidates()
+    notes = (ahead._marker_checks, ahead._quiet_checks, ahead._failed)
+    assert all(gone_key not in noted for noted in notes), notes
+    assert ("default", DEMO.name, SESSION_A) in ahead._marker_checks, "a listed session's notes stay"
+
+    clock[0] = NOW + 2 * MAX_AGE  # every session is past the maximum age now
+    ahead.candidates()
+    assert all(not noted for noted in notes), notes
