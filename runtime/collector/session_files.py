@@ -27,7 +27,12 @@ RAYLET_NODE_ID_FILE = "raylet_node_id"
 _PORT_FILE = re.compile(r"^[a-z_]+_port_([0-9a-f]{56})$")
 _RAYLET_NODE_LINE = re.compile(rb"Setting node ID node_id=([0-9a-f]{56})")
 _HEX_NODE = re.compile(r"^[0-9a-fA-F]{56}$")
-_warned_contents: set[str] = set()
+# A node id is 56 hex digits; a trailing newline and some spaces fit, more is not one.
+_NODE_ID_FILE_LIMIT = 128
+# The last complaint about raylet_node_id (re-read every few seconds: say it once).
+# Only the last is kept: the job can change the content at will, and a set of
+# everything ever seen would grow without bound.
+_last_warning: list[tuple[str, str]] = []
 
 
 def resolve_session_latest(tmp_root: Path) -> Path | None:
@@ -73,27 +78,37 @@ def node_id_from_session_dir(session_dir: Path) -> str | None:
             if match:
                 # A raylet restarted inside the session leaves a second set of port
                 # files: the newest belongs to the node that runs now.
-                stamp = entry.stat().st_mtime_ns
+                try:
+                    # The link's own time: a planted link must not be followed (nor
+                    # a dangling or looping one abort the scan).
+                    stamp = entry.stat(follow_symlinks=False).st_mtime_ns
+                except OSError:
+                    continue
                 if newest is None or stamp > newest[0]:
                     newest = (stamp, match.group(1))
     except (FileNotFoundError, NotADirectoryError):
         return None
     if newest is not None:
         return newest[1]
-    head = _read_head(session_dir, "logs", "raylet.out")
+    # The session directory itself may be a planted link: only its parent is trusted.
+    head = _read_head(session_dir.parent, session_dir.name, "logs", "raylet.out")
     if head is None:
         return None
     found = _RAYLET_NODE_LINE.search(head)
     return found.group(1).decode() if found else None
 
 
-def _read_head(session_dir: Path, *parts: str, limit: int = 64 * 1024) -> bytes | None:
-    """The first bytes of a regular file below ``session_dir``, reached without
-    following a link (the job may plant one) and without blocking on a FIFO
-    (a plain open() of one waits forever for a writer)."""
+def _read_head(base: Path, *parts: str, limit: int = 64 * 1024) -> bytes | None:
+    """The first ``limit`` bytes of the regular file ``base/parts...``, or None.
+
+    ``base`` is trusted (Ray's temp root is chosen by the operator and may itself be
+    a link); every one of ``parts`` lies in the emptyDir the job writes, so each is
+    opened relative to its parent's descriptor without following a link (the job
+    may plant one), and the file without blocking (a plain open() of a FIFO waits
+    forever for a writer); anything but a regular file gives None."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(session_dir, flags | os.O_DIRECTORY)
+        fd = os.open(base, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY)
     except OSError:
         return None
     try:
@@ -116,17 +131,55 @@ def _read_head(session_dir: Path, *parts: str, limit: int = 64 * 1024) -> bytes 
         os.close(file_fd)
 
 
-def node_id_from_file(tmp_root: Path) -> str | None:
-    """``{tmp_root}/raylet_node_id`` as written by the GKE guide's postStart hook."""
+def _kind(path: Path) -> str | None:
+    """What ``path`` is, without following a link or opening it; None if absent."""
     try:
-        text = (tmp_root / RAYLET_NODE_ID_FILE).read_text(encoding="utf-8").strip()
-    except OSError:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISREG, "an unreadable regular file"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _first_time(what: str, value: str) -> bool:
+    """Whether this complaint differs from the last one (and remember it)."""
+    if _last_warning == [(what, value)]:
+        return False
+    _last_warning[:] = [(what, value)]
+    return True
+
+
+def node_id_from_file(tmp_root: Path) -> str | None:
+    """``{tmp_root}/raylet_node_id`` as written by the GKE guide's postStart hook.
+
+    The job can write that directory too: the file is read like ``raylet.out``
+    (no link followed, a FIFO never waited on, at most a few bytes), and what is
+    logged about anything but a regular file is its kind, never its content."""
+    path = tmp_root / RAYLET_NODE_ID_FILE
+    head = _read_head(tmp_root, RAYLET_NODE_ID_FILE, limit=_NODE_ID_FILE_LIMIT)
+    if head is None:
+        kind = _kind(path)
+        if kind is not None and _first_time("kind", kind):
+            logger.warning("ignoring %s: not read, it is %s", path, kind)
+        return None
+    text = head.decode("utf-8", errors="replace").strip()
     if _HEX_NODE.match(text):
+        _last_warning.clear()  # a bad file written again later is worth saying again
         return text.lower()
-    if text and text not in _warned_contents:
-        _warned_contents.add(text)  # re-read every few seconds: say it once
-        logger.warning("ignoring %s: %r is not a 56-digit hex node id", tmp_root / RAYLET_NODE_ID_FILE, text[:80])
+    if text and _first_time("text", text):
+        logger.warning("ignoring %s: %r is not a 56-digit hex node id", path, text[:80])
     return None
 
 
