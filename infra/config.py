@@ -18,7 +18,9 @@ from infra.config_access import default_access, read_access, resolve_ingress
 from infra.config_checks import (
     check_cluster_name,
     check_cluster_source,
+    check_federated_credentials,
     check_image_pull,
+    check_image_repository,
     check_index_container,
     check_namespaces,
 )
@@ -368,7 +370,9 @@ def parse_config(raw: Mapping[str, object]) -> StackConfig:
     check_namespaces(config)
     resolve_ingress(config.access, config.cloud)
     check_image_pull(config)
+    check_image_repository(config)
     check_index_container(config)
+    check_federated_credentials(config)
     check_metrics(config)
     if config.images.build and not config.images.registry and config.cloud == "kind":
         # On the clouds the stack creates a registry; kind needs the local one.

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from infra.config_model import StackConfig
 from infra.config_values import ConfigError, _key
+from ray_history_pulumi.azure_storage import MAX_FEDERATED_CREDENTIALS, credentials_per_identity
+from ray_history_pulumi.contracts import ServiceAccountRef
+from ray_history_pulumi.images import ARTIFACT_REGISTRY_ID
+from ray_history_pulumi.retention import RETENTION_SERVICE_ACCOUNT
 
 
 def check_cluster_source(config: StackConfig) -> None:
@@ -109,6 +113,43 @@ def check_index_container(config: StackConfig) -> None:
         raise ConfigError(
             f"{_key('azure.indexContainer')} is {history!r}, the history container (storage.bucket): the shared "
             "indexes need a container of their own, so write access to them never reaches the sessions"
+        )
+
+
+def check_federated_credentials(config: StackConfig) -> None:
+    """On Azure, no managed identity gets more federated credentials than Azure allows.
+
+    The stack's storage gives each identity one credential per Kubernetes service account using
+    it (:func:`~ray_history_pulumi.azure_storage.credentials_per_identity`): the collectors of
+    every workload namespace share the writer identity. Azure rejects the credential over the
+    limit in the middle of ``pulumi up``, after the others were created.
+    """
+    if config.azure is None:
+        return
+    # The accounts infra/program.py hands the storage: collectors, then the gc job (a maintainer).
+    writers = [ServiceAccountRef(ns, config.workloads.service_account) for ns in config.workloads.namespaces]
+    gc = [ServiceAccountRef(config.namespace, RETENTION_SERVICE_ACCOUNT)] if config.retention.days else []
+    collectors = credentials_per_identity([*writers, *gc], gc)["writer"]
+    if collectors > MAX_FEDERATED_CREDENTIALS:
+        raise ConfigError(
+            f"{_key('workloads.namespaces')} lists {collectors} namespaces: on Azure their collector service "
+            f"accounts share one managed identity, with one federated identity credential each, and Azure allows "
+            f"at most {MAX_FEDERATED_CREDENTIALS} per identity "
+            "(https://learn.microsoft.com/en-us/entra/workload-id/workload-identity-federation-considerations)"
+        )
+
+
+def check_image_repository(config: StackConfig) -> None:
+    """On GCP, ``images.repository`` names the Artifact Registry repository the stack creates: its id rules apply."""
+    creates_registry = config.images.build and not config.images.registry
+    repository = config.images.repository
+    if config.gcp is None or not creates_registry or not repository:
+        return
+    if not ARTIFACT_REGISTRY_ID.match(repository):
+        raise ConfigError(
+            f"{_key('images.repository')} is the Artifact Registry repository id on gcp: lower-case letters, digits "
+            f"and '-', starting with a letter, ending with a letter or digit, at most 63 characters, no '/', '.' "
+            f"or '_' (got {repository!r})"
         )
 
 

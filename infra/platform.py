@@ -7,16 +7,21 @@ own extra installed (``pip install -e '.[aws]'``).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
 import pulumi
+import yaml
 
 from infra.config import AzureSettings, ConfigError, StackConfig
 from infra.providers import existing_cluster_kubeconfig
 from ray_history_pulumi.contracts import ServiceAccountRef, StorageWiring
+from ray_history_pulumi.metrics_managed import AZURE_POD_MONITOR_CRD
 from ray_history_pulumi.retention import backstop_days
+
+LOG = logging.getLogger(__name__)
 
 #: MinIO gets its own namespace: the history server's enforces the "restricted" Pod Security Standard.
 MINIO_NAMESPACE = "ray-history-minio"
@@ -37,6 +42,11 @@ class Cluster:
         identity_ready: what must exist before workload identity works (a created GKE
             cluster and node pool: they create the ``PROJECT.svc.id.goog`` pool).
         image_pull_members: IAM members that pull the images (GKE node service accounts).
+        aks_cluster_id: resource id of an AKS cluster the stack created (managed metrics link it
+            to the Azure Monitor workspace).
+        aks_ready: what the add-on's CRDs wait for on that cluster (the ManagedCluster).
+        azure_monitor_addon: an existing AKS cluster with ``metrics.mode: managed``: whether the
+            managed Prometheus add-on's CRDs are there (:func:`azure_monitor_addon_on`).
     """
 
     kubeconfig: pulumi.Output[str]
@@ -48,6 +58,9 @@ class Cluster:
     kubelet_object_id: pulumi.Input[str] | None = None
     identity_ready: list[pulumi.Resource] = field(default_factory=list)
     image_pull_members: list[pulumi.Input[str]] = field(default_factory=list)
+    aks_cluster_id: pulumi.Input[str] | None = None
+    aks_ready: list[pulumi.Resource] = field(default_factory=list)
+    azure_monitor_addon: pulumi.Input[bool] | None = None
 
 
 @dataclass
@@ -72,11 +85,17 @@ def cluster_for(config: StackConfig, on_cloud: pulumi.ResourceOptions) -> Cluste
         if config.azure is not None:
             # One resource group for everything Azure the stack makes (storage, registry).
             group = azure_resource_group(config.azure, on_cloud)
+            addon = None
+            if config.metrics.mode == "managed":
+                # Only the cluster's owner can turn the add-on on: ask the cluster whether it is.
+                context = config.kube_context
+                addon = kubeconfig.apply(lambda text: azure_monitor_addon_on(text, context))
             return Cluster(
                 kubeconfig,
                 oidc_issuer_url=config.azure.oidc_issuer_url,
                 azure_resource_group=group,
                 kubelet_object_id=config.azure.kubelet_object_id or None,
+                azure_monitor_addon=pulumi.Output.unsecret(addon) if addon is not None else None,
             )
         if config.gcp is not None:
             if config.images.build and not config.images.registry and not config.gcp.image_pull_members:
@@ -89,6 +108,36 @@ def cluster_for(config: StackConfig, on_cloud: pulumi.ResourceOptions) -> Cluste
             return Cluster(kubeconfig, image_pull_members=list(config.gcp.image_pull_members))
         return Cluster(kubeconfig)
     return created_cluster(config, on_cloud)
+
+
+def azure_monitor_addon_on(kubeconfig: str, context: str | None, *, timeout: float = 20.0) -> bool:
+    """Whether the cluster has the CRD Azure Monitor's managed Prometheus add-on installs
+    (:data:`~ray_history_pulumi.metrics_managed.AZURE_POD_MONITOR_CRD`). A cluster that cannot be
+    asked counts as on: the Kubernetes provider then reports the unreachable cluster itself."""
+    try:
+        from kubernetes import client
+        from kubernetes import config as kube_config
+        from kubernetes.client.exceptions import ApiException
+
+        api = kube_config.new_client_from_config_dict(  # type: ignore[no-untyped-call]
+            yaml.safe_load(kubeconfig), context=context or None
+        )
+    except Exception as error:  # advisory, as infra/cluster_checks.py
+        LOG.warning("could not check for CRD %s: %s", AZURE_POD_MONITOR_CRD, type(error).__name__)
+        return True
+    try:
+        client.ApiextensionsV1Api(api).read_custom_resource_definition(AZURE_POD_MONITOR_CRD, _request_timeout=timeout)
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        LOG.warning("could not check for CRD %s: HTTP %s", AZURE_POD_MONITOR_CRD, error.status)
+        return True
+    except Exception as error:
+        LOG.warning("could not check for CRD %s: %s", AZURE_POD_MONITOR_CRD, type(error).__name__)
+        return True
+    finally:
+        api.close()
+    return True
 
 
 def created_cluster(config: StackConfig, on_cloud: pulumi.ResourceOptions) -> Cluster:
@@ -149,6 +198,7 @@ def created_cluster(config: StackConfig, on_cloud: pulumi.ResourceOptions) -> Cl
                 node_count=settings.node_count,
                 kubernetes_version=settings.kubernetes_version or None,
                 app_routing=config.access.ingress is not None and config.access.ingress.flavour == "app-routing",
+                azure_monitor_metrics=config.metrics.mode == "managed",
             ),
             opts=on_cloud,
         )
@@ -157,6 +207,8 @@ def created_cluster(config: StackConfig, on_cloud: pulumi.ResourceOptions) -> Cl
             oidc_issuer_url=aks.oidc_issuer_url,
             azure_resource_group=group,
             kubelet_object_id=aks.kubelet_object_id,
+            aks_cluster_id=aks.cluster_id,
+            aks_ready=[aks.cluster],
         )
     raise ConfigError("ray-history-server:createCluster is not supported for kind: run `kind create cluster` first")
 

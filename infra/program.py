@@ -125,6 +125,9 @@ def metrics_for(
             eks_cluster_name=(cluster.name or config.aws.cluster_name) if config.aws is not None else None,
             azure_resource_group=cluster.azure_resource_group,
             azure_location=config.azure.location if config.azure is not None else "",
+            aks_cluster_id=cluster.aks_cluster_id,
+            aks_cluster_ready=cluster.aks_ready,
+            aks_addon_on=cluster.azure_monitor_addon,
         )
     return RayMetrics(
         "metrics",
@@ -192,7 +195,10 @@ def deploy(config: StackConfig | None = None) -> Deployment:
             opts=on_k8s,
         )
     settle_front_door(config, cloud)
-    metrics = metrics_for(config, cluster, cloud, on_k8s)
+    # The GMP query proxy looks up the project and grants on it: Resource Manager calls.
+    metrics = metrics_for(
+        config, cluster, cloud, pulumi.ResourceOptions.merge(on_k8s, pulumi.ResourceOptions(depends_on=apis))
+    )
     history_server = HistoryServerK8s(
         "history",
         HistoryServerArgs(

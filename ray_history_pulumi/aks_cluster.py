@@ -32,6 +32,11 @@ class AksClusterArgs:
         tags: tags on the cluster.
         app_routing: enable the application routing add-on (managed NGINX, class
             ``webapprouting.kubernetes.azure.com``): the history server's Ingress needs it.
+        azure_monitor_metrics: enable Azure Monitor's managed Prometheus add-on
+            (``azureMonitorProfile.metrics``), which deploys ``ama-metrics`` and the
+            ``azmonitoring.coreos.com`` PodMonitor/ServiceMonitor CRDs
+            (https://learn.microsoft.com/azure/azure-monitor/containers/prometheus-metrics-scrape-crd);
+            :mod:`ray_history_pulumi.metrics_managed` links the cluster to the workspace.
     """
 
     resource_group_name: pulumi.Input[str]
@@ -42,6 +47,7 @@ class AksClusterArgs:
     kubernetes_version: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     app_routing: bool = False
+    azure_monitor_metrics: bool = False
 
     def __post_init__(self) -> None:
         if self.cluster_name is not None and not AKS_NAME.match(self.cluster_name):
@@ -99,6 +105,13 @@ class AksCluster(pulumi.ComponentResource):
                 web_app_routing=cs.ManagedClusterIngressProfileWebAppRoutingArgs(enabled=True)
             )
             if args.app_routing
+            else None,
+            # As Microsoft's Terraform template does: the add-on on at creation, the data
+            # collection rule association made afterwards (metrics_managed).
+            azure_monitor_profile=cs.ManagedClusterAzureMonitorProfileArgs(
+                metrics=cs.ManagedClusterAzureMonitorProfileMetricsArgs(enabled=True)
+            )
+            if args.azure_monitor_metrics
             else None,
             tags=args.tags or None,
             opts=pulumi.ResourceOptions(parent=self),

@@ -44,6 +44,10 @@ BLOB_DATA_READER = "2a2b9908-6ea1-4ae2-8e65-a410df84e7d1"
 TOKEN_EXCHANGE_AUDIENCE = "api://AzureADTokenExchange"  # noqa: S105 - an audience, not a secret
 CLIENT_ID_ANNOTATION = "azure.workload.identity/client-id"
 USE_LABEL = "azure.workload.identity/use"
+#: Azure: "A maximum of 20 federated identity credentials can be added to an application or
+#: user-assigned managed identity"
+#: (https://learn.microsoft.com/en-us/entra/workload-id/workload-identity-federation-considerations).
+MAX_FEDERATED_CREDENTIALS = 20
 _ACCOUNT_NAME = re.compile(r"^[a-z0-9]{3,24}$")
 _CONTAINER_NAME = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$")
 #: One role assignment of an identity: (name suffix, scope, built-in role GUID).
@@ -60,6 +64,16 @@ def federated_credential_name(account: ServiceAccountRef) -> str:
     return f"{account.namespace}-{account.name}".replace(".", "-")[:120]
 
 
+def credentials_per_identity(
+    writers: Sequence[ServiceAccountRef], index_maintainers: Sequence[ServiceAccountRef] = ()
+) -> dict[str, int]:
+    """How many federated credentials each managed identity of :class:`AzureBlobHistoryStorage`
+    gets, by identity (``server``, ``writer``, ``maintainer``): one per service account using it."""
+    maintainers = {writer_key(sa) for sa in index_maintainers}
+    collectors = sum(1 for sa in writers if writer_key(sa) not in maintainers)
+    return {"server": 1, "writer": collectors, "maintainer": len(writers) - collectors}
+
+
 @dataclass
 class AzureBlobHistoryStorageArgs:
     """Settings of :class:`AzureBlobHistoryStorage`.
@@ -68,7 +82,9 @@ class AzureBlobHistoryStorageArgs:
         resource_group_name: resource group holding the account and the identities.
         account_name: globally unique storage account name (3-24 lowercase letters/digits).
         oidc_issuer_url: the AKS cluster's OIDC issuer URL (``AksCluster.oidc_issuer_url``), as returned.
-        writers: service accounts of Ray pods whose collector sidecar writes history.
+        writers: service accounts of Ray pods whose collector sidecar writes history. Those not
+            in ``index_maintainers`` share one identity, one federated credential each: at most
+            :data:`MAX_FEDERATED_CREDENTIALS` (Azure's limit per identity).
         server: the history server's service account (read-only).
         location: Azure region; None = the resource group's.
         container_name: blob container (``AZURE_STORAGE_CONTAINER``).
@@ -125,6 +141,15 @@ class AzureBlobHistoryStorageArgs:
         strangers = sorted({writer_key(sa) for sa in self.index_maintainers} - {writer_key(sa) for sa in self.writers})
         if strangers:
             raise ValueError(f"AzureBlobHistoryStorageArgs.index_maintainers: {strangers} are not writers")
+        # Azure rejects the 21st credential mid-deploy, after the first 20 exist: refuse up front.
+        counts = credentials_per_identity(self.writers, self.index_maintainers)
+        for identity, field_name in (("writer", "writers"), ("maintainer", "index_maintainers")):
+            if counts[identity] > MAX_FEDERATED_CREDENTIALS:
+                raise ValueError(
+                    f"AzureBlobHistoryStorageArgs.{field_name}: {counts[identity]} service accounts would share the "
+                    f"{identity} managed identity, one federated credential each; Azure allows at most "
+                    f"{MAX_FEDERATED_CREDENTIALS} per identity"
+                )
 
 
 class AzureBlobHistoryStorage(pulumi.ComponentResource):

@@ -13,14 +13,40 @@ from dataclasses import dataclass, field
 import pulumi
 
 #: What the stack calls: GKE, Artifact Registry, Cloud Storage, IAM (grants, node service
-#: account) and IAM Credentials (Workload Identity token exchange).
+#: account), IAM Credentials (Workload Identity token exchange) and Cloud Resource Manager:
+#: ``getProject`` (the project number of ``principal://`` members) and project-level IAM
+#: grants are its methods (https://cloud.google.com/iam/docs/write-policy-client-libraries),
+#: and a new project does not have it on
+#: (https://cloud.google.com/service-usage/docs/enabled-service#default).
 REQUIRED_SERVICES = (
     "container.googleapis.com",
     "artifactregistry.googleapis.com",
     "storage.googleapis.com",
     "iam.googleapis.com",
     "iamcredentials.googleapis.com",
+    "cloudresourcemanager.googleapis.com",
 )
+
+
+def lookup_options(
+    parent: pulumi.Resource | None,
+    opts: pulumi.ResourceOptions | None = None,
+    *,
+    provider: pulumi.ProviderResource | None = None,
+    depends_on: Sequence[pulumi.Resource] = (),
+) -> pulumi.InvokeOutputOptions:
+    """Options of a Google Cloud lookup (``get_project_output``) made by a component: it waits for
+    everything ``opts`` (the component's own options) and ``depends_on`` wait for.
+
+    A resource inside a component waits for the component's ``depends_on`` (it needs the
+    parent's URN, registered only after them); an invoke does not, so without this a lookup
+    reaches Cloud Resource Manager while the stack is still enabling it on a new project.
+    """
+    given = pulumi.InvokeOutputOptions(depends_on=opts.depends_on if opts is not None else None)
+    # merge() concatenates the two depends_on (a list, one resource or an Output of them).
+    return pulumi.InvokeOutputOptions.merge(
+        given, pulumi.InvokeOutputOptions(parent=parent, provider=provider, depends_on=list(depends_on))
+    )
 
 
 @dataclass

@@ -25,6 +25,7 @@ from ray_history_pulumi.contracts import (
     ServiceAccountRef,
     StorageWiring,
 )
+from ray_history_pulumi.gcp_services import lookup_options
 from ray_history_pulumi.storage_common import (
     index_prefix,
     storage_env,
@@ -78,7 +79,8 @@ class GcsHistoryStorageArgs:
             (:mod:`ray_history_pulumi.retention`) use it as a backstop, ``backstop_days(days)``.
         root_dir: key prefix inside the bucket (``STORAGE_ROOT_DIR``); "" = bucket root.
         project_number: the project's number if already known (e.g. ``GkeCluster.project_number``);
-            None looks it up with ``gcp.organizations.get_project``.
+            None looks it up with ``gcp.organizations.get_project`` (a Cloud Resource Manager
+            call, made after the component's ``depends_on``: pass the enabled APIs there).
         force_destroy: let ``pulumi destroy`` delete a non-empty bucket.
         labels: labels on the bucket.
         workload_pool_ready: the resources that create the ``PROJECT.svc.id.goog`` identity
@@ -170,9 +172,9 @@ class GcsHistoryStorage(pulumi.ComponentResource):
         if args.project_number is not None:
             project_number: pulumi.Output[str] = pulumi.Output.from_input(args.project_number)
         else:
-            project = gcp.organizations.get_project_output(
-                project_id=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
-            )
+            # projects.get is Cloud Resource Manager: the lookup waits for what the component
+            # waits for (the stack's enabled APIs), which an invoke does not do by itself.
+            project = gcp.organizations.get_project_output(project_id=args.project, opts=lookup_options(self, opts))
             project_number = project.number
 
         self.members: dict[str, pulumi.Output[str]] = {}

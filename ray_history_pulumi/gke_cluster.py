@@ -13,6 +13,7 @@ from typing import Any
 
 import pulumi
 
+from ray_history_pulumi.gcp_services import lookup_options
 from ray_history_pulumi.kubeconfig import exec_kubeconfig
 
 #: GKE cluster names: a letter first, then letters, digits and '-', at most 40 characters
@@ -50,7 +51,9 @@ class GkeClusterArgs:
         max_node_count: upper bound of a regional pool's total; None = max(node_count, 3).
         network / subnetwork: existing VPC to use; None = the project's default network.
         deletion_protection: block ``pulumi destroy`` of the cluster.
-        depends_on: resources to wait for first (the project's enabled APIs).
+        depends_on: resources to wait for first (the project's enabled APIs); the project
+            lookup and the node role grant (Cloud Resource Manager calls) wait for them too,
+            as for the component's own ``depends_on``.
     """
 
     project: str
@@ -125,12 +128,13 @@ class GkeCluster(pulumi.ComponentResource):
             display_name=f"GKE nodes of {cluster_name} (ray-history)",
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
         )
+        # A project-level grant is a Cloud Resource Manager call: after the APIs are enabled.
         node_role = gcp.projects.IAMMember(
             f"{name}-nodes-role",
             project=args.project,
             role=NODE_ROLE,
             member=nodes_account.member,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
         )
         self.node_service_account_member: pulumi.Output[str] = nodes_account.member
         node_config = {"service_account": nodes_account.email, "oauth_scopes": [CLOUD_PLATFORM_SCOPE]}
@@ -184,8 +188,9 @@ class GkeCluster(pulumi.ComponentResource):
             )
         self.identity_ready: list[pulumi.Resource] = [self.cluster, *([self.node_pool] if self.node_pool else [])]
         self.cluster_id: pulumi.Output[str] = self.cluster.id
+        # projects.get is Cloud Resource Manager: the lookup waits for the enabled APIs.
         project = gcp.organizations.get_project_output(
-            project_id=args.project, opts=pulumi.InvokeOutputOptions(parent=self)
+            project_id=args.project, opts=lookup_options(self, opts, depends_on=args.depends_on)
         )
         self.project_number: pulumi.Output[str] = project.number
         # Consumers of the kubeconfig wait for the nodes: nothing can schedule before them.

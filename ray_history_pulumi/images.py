@@ -25,6 +25,10 @@ IMAGE_NAMES = ("collector", "server")
 ACR_PULL = "7f951dda-4ed3-4680-a7ca-43fe172d538d"  # built-in AcrPull role
 ACR_PUSH = "8311e382-0749-4cb8-b61a-304f252e45ec"  # built-in AcrPush role
 RegistryKind = Literal["gcp", "aws", "azure", "none"]
+#: Artifact Registry repository ids: lower-case letters, digits and hyphens, a letter first, a
+#: letter or digit last, at most 63 characters
+#: (https://cloud.google.com/artifact-registry/docs/repositories/create-repos).
+ARTIFACT_REGISTRY_ID = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
 @dataclass
@@ -36,10 +40,11 @@ class HistoryImagesArgs:
             (ACR), ``none`` (``existing_registry`` or prebuilt references only).
         collector_image / server_image: prebuilt references; giving both skips the build.
         tag: tag of built images.
-        repository_name: Artifact Registry repository id / ECR repository prefix / ACR repository
-            path. None = ``ray-history-<stack>`` (Artifact Registry, one per project) or
-            ``ray-history/<stack>`` (ECR, one per account and region), so two stacks never
-            share, and one ``pulumi destroy`` never deletes, the other's repository.
+        repository_name: Artifact Registry repository id (:data:`ARTIFACT_REGISTRY_ID`: no '/',
+            '.' or '_') / ECR repository prefix / ACR repository path. None =
+            ``ray-history-<stack>`` (Artifact Registry, one per project) or ``ray-history/<stack>``
+            (ECR, one per account and region), so two stacks never share, and one
+            ``pulumi destroy`` never deletes, the other's repository.
         gcp_project / gcp_location: Artifact Registry project and region (``registry="gcp"``).
         gcp_reader_members: IAM members allowed to pull (e.g. the GKE node service account).
         azure_resource_group_name / azure_registry_name / azure_location: the ACR (``registry="azure"``).
@@ -75,6 +80,13 @@ class HistoryImagesArgs:
             return
         if self.registry == "gcp" and not (self.gcp_project and self.gcp_location):
             raise ValueError("HistoryImagesArgs.gcp_project and .gcp_location are required for registry='gcp'")
+        # The id is checked here: Artifact Registry would only reject it during `pulumi up`.
+        if self.registry == "gcp" and self.repository_name and not ARTIFACT_REGISTRY_ID.match(self.repository_name):
+            raise ValueError(
+                f"HistoryImagesArgs.repository_name={self.repository_name!r}: an Artifact Registry repository id is "
+                "lower-case letters, digits and '-', starting with a letter, ending with a letter or digit, at most "
+                "63 characters"
+            )
         if self.registry == "azure" and not (self.azure_resource_group_name and self.azure_registry_name):
             raise ValueError(
                 "HistoryImagesArgs.azure_resource_group_name and .azure_registry_name are required for registry='azure'"

@@ -10,10 +10,21 @@
   and an EKS access entry), as
   https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-collector-how-to.html says.
 * AKS: an Azure Monitor workspace and a ``PodMonitor`` of the managed add-on's own API group
-  (``azmonitoring.coreos.com/v1``), which its ``ama-metrics`` collector reads
+  (``azmonitoring.coreos.com/v1``), which its ``ama-metrics`` collector reads. That CRD exists
+  only once the add-on is on: "The enablement of Managed Prometheus automatically deploys the
+  custom resource definitions (CRD) for pod monitors and service monitors"
   (https://learn.microsoft.com/azure/azure-monitor/containers/prometheus-metrics-scrape-crd).
-  Linking the cluster to the workspace (``az aks update --enable-azure-monitor-metrics``)
-  creates the collection rules; docs/metrics.md shows it.
+  On a cluster the stack creates (``aks_cluster_id``) the add-on is on from the start
+  (:class:`~ray_history_pulumi.aks_cluster.AksCluster` ``azure_monitor_metrics``) and this
+  module links the cluster to the workspace as Microsoft's templates do
+  (https://learn.microsoft.com/azure/azure-monitor/containers/kubernetes-monitoring-enable-arm,
+  https://github.com/Azure/prometheus-collector/tree/main/AddonBicepTemplate): a data
+  collection endpoint, a data collection rule sending the ``Microsoft-PrometheusMetrics``
+  stream to the workspace, and that rule's association with the cluster; the PodMonitor waits
+  for the cluster and the association. On an existing cluster only its owner can turn the
+  add-on on (``az aks update --enable-azure-monitor-metrics``, docs/metrics.md); with
+  ``aks_addon_on`` false (the program found no CRD) the PodMonitor is left out, with a warning,
+  until a later ``pulumi up`` finds the add-on on.
 
 Each managed store needs cloud credentials to query: unless a Prometheus URL is given, the
 history server and Grafana reach it through the query proxy the cloud documents
@@ -76,6 +87,14 @@ class ManagedMetricsArgs:
         workspace_name: name of the AMP / Azure Monitor workspace.
         aws_identity: AWS: how the query proxy's service account assumes its role (the
             history server's mechanism; ``cluster_name`` defaults to ``eks_cluster_name``).
+        aks_cluster_id: Azure: resource id of an AKS cluster the stack created with the metrics
+            add-on on; the component links it to the workspace (data collection endpoint, rule
+            and association). None = an existing cluster, whose owner links it.
+        aks_cluster_ready: Azure: what the PodMonitor waits for besides the association (the
+            ManagedCluster whose add-on installs the ``azmonitoring.coreos.com`` CRDs).
+        aks_addon_on: Azure, existing cluster: whether the add-on's CRDs are on the cluster
+            (the program asks it); False leaves the PodMonitor out with a warning, None applies it
+            (the caller vouches for the add-on).
     """
 
     cloud: str
@@ -85,6 +104,9 @@ class ManagedMetricsArgs:
     azure_location: pulumi.Input[str] = ""
     workspace_name: str = "ray-history-metrics"
     aws_identity: AwsIdentity | None = None
+    aks_cluster_id: pulumi.Input[str] | None = None
+    aks_cluster_ready: Sequence[pulumi.Resource] = ()
+    aks_addon_on: pulumi.Input[bool] | None = None
 
     def validate(self) -> None:
         if self.cloud not in MANAGED_CLOUDS:
@@ -95,6 +117,8 @@ class ManagedMetricsArgs:
             raise ValueError("managed.eks_cluster_name: the EKS cluster the scraper reads is required on aws")
         if self.cloud == "azure" and (self.azure_resource_group is None or self.azure_location == ""):
             raise ValueError("managed.azure_resource_group, managed.azure_location: required on azure")
+        if self.cloud != "azure" and (self.aks_cluster_id is not None or self.aks_addon_on is not None):
+            raise ValueError("managed.aks_cluster_id, managed.aks_addon_on: for azure only")
         identity = self.aws_identity
         if identity is not None and identity.mode not in ("pod-identity", "irsa"):
             raise ValueError(f"managed.aws_identity.mode: {identity.mode!r} is not pod-identity or irsa")
@@ -257,6 +281,13 @@ def _amp(
     return [workspace, scraper, role, binding, entry]
 
 
+#: AKS: the CRD the metrics add-on installs and the PodMonitor needs.
+AZURE_POD_MONITOR_CRD = "podmonitors.azmonitoring.coreos.com"
+#: The stream and destination names Microsoft's enablement templates give the rule.
+PROMETHEUS_STREAM = "Microsoft-PrometheusMetrics"
+WORKSPACE_DESTINATION = "MonitoringAccount1"
+
+
 def _azure_monitor(
     name: str,
     args: ManagedMetricsArgs,
@@ -286,4 +317,78 @@ def _azure_monitor(
         interval=interval,
         node_types=("head", "worker"),
     )
-    return [workspace, custom_resource(f"{name}-ray-nodes", monitor, on_k8s)]
+    if args.aks_cluster_id is not None:
+        link = _link_cluster(name, args, workspace.id, on_cloud)
+        ready = pulumi.ResourceOptions(depends_on=[*args.aks_cluster_ready, link[-1]])
+        pod_monitor = custom_resource(f"{name}-ray-nodes", monitor, pulumi.ResourceOptions.merge(on_k8s, ready))
+        return [workspace, *link, pod_monitor]
+    if args.aks_addon_on is None:
+        return [workspace, custom_resource(f"{name}-ray-nodes", monitor, on_k8s)]
+
+    # An existing cluster: the PodMonitor only where the add-on put its CRD (see the module docstring).
+    def apply_if_on(facts: list[Any]) -> None:
+        addon_on, workspace_id = facts
+        if addon_on:
+            custom_resource(f"{name}-ray-nodes", monitor, on_k8s)
+            return
+        pulumi.log.warn(
+            f"metrics: the cluster has no {AZURE_POD_MONITOR_CRD} CRD, so Azure Monitor's metrics add-on is off "
+            "and the PodMonitor ray-nodes is left out of this update; link the cluster to the workspace "
+            "(az aks update -n CLUSTER -g GROUP --enable-azure-monitor-metrics --azure-monitor-workspace-resource-id "
+            f"{workspace_id}) and run `pulumi up` again (docs/metrics.md)"
+        )
+
+    pulumi.Output.all(args.aks_addon_on, workspace.id).apply(apply_if_on)
+    return [workspace]
+
+
+def _link_cluster(
+    name: str,
+    args: ManagedMetricsArgs,
+    workspace_id: pulumi.Input[str],
+    on_cloud: pulumi.ResourceOptions,
+) -> list[pulumi.Resource]:
+    """Data collection endpoint, rule and the rule's association with ``args.aks_cluster_id``, as
+    Microsoft's templates create them (the association last)."""
+    import pulumi_azure_native as azure_native
+
+    monitor = azure_native.monitor
+    endpoint = monitor.DataCollectionEndpoint(
+        f"{name}-dce",
+        data_collection_endpoint_name=f"{args.workspace_name}-dce",
+        resource_group_name=args.azure_resource_group,
+        location=args.azure_location,
+        kind="Linux",
+        opts=on_cloud,
+    )
+    rule = monitor.DataCollectionRule(
+        f"{name}-dcr",
+        data_collection_rule_name=f"{args.workspace_name}-dcr",
+        resource_group_name=args.azure_resource_group,
+        location=args.azure_location,
+        kind="Linux",
+        description="Azure Monitor managed service for Prometheus: Ray's metrics to the workspace",
+        data_collection_endpoint_id=endpoint.id,
+        data_sources=monitor.DataCollectionRuleDataSourcesArgs(
+            prometheus_forwarder=[
+                monitor.PrometheusForwarderDataSourceArgs(name="PrometheusDataSource", streams=[PROMETHEUS_STREAM])
+            ]
+        ),
+        destinations=monitor.DataCollectionRuleDestinationsArgs(
+            monitoring_accounts=[
+                monitor.MonitoringAccountDestinationArgs(account_resource_id=workspace_id, name=WORKSPACE_DESTINATION)
+            ]
+        ),
+        data_flows=[monitor.DataFlowArgs(streams=[PROMETHEUS_STREAM], destinations=[WORKSPACE_DESTINATION])],
+        opts=on_cloud,
+    )
+    association = monitor.DataCollectionRuleAssociation(
+        f"{name}-dcra",
+        association_name=f"{args.workspace_name}-dcra",
+        resource_uri=args.aks_cluster_id,
+        data_collection_rule_id=rule.id,
+        description="Association of data collection rule. Deleting this association will break the data "
+        "collection for this AKS Cluster.",
+        opts=pulumi.ResourceOptions.merge(on_cloud, pulumi.ResourceOptions(depends_on=list(args.aks_cluster_ready))),
+    )
+    return [endpoint, rule, association]

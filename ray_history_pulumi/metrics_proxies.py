@@ -122,12 +122,18 @@ def gmp_frontend(
     """GMP's query frontend for the provider's project, as service account ``gmp-frontend``."""
     import pulumi_gcp as gcp
 
+    from ray_history_pulumi.gcp_services import lookup_options
     from ray_history_pulumi.gcp_storage import workload_identity_principal
 
     account = ServiceAccountRef(namespace, GMP_FRONTEND_NAME)
-    project = gcp.organizations.get_project_output(opts=pulumi.InvokeOutputOptions(provider=cloud_provider))
     sa = k8s.core.v1.ServiceAccount(
         f"{name}-sa", metadata={"name": account.name, "namespace": namespace, "labels": labels}, opts=on_k8s
+    )
+    # projects.get and the project grant below are Cloud Resource Manager calls: they wait for
+    # what ``on_cloud`` waits for and for the service account (whose Kubernetes provider waits
+    # for a created cluster, and so for the APIs the stack enables before it).
+    project = gcp.organizations.get_project_output(
+        opts=lookup_options(None, on_cloud, provider=cloud_provider, depends_on=[sa])
     )
     # After the service account: the k8s provider waits for the cluster, whose creation makes
     # the PROJECT.svc.id.goog pool that IAM must find for a principal:// member.

@@ -29,6 +29,7 @@ from typing import Any
 
 import pulumi
 from pulumi.runtime.mocks import MockMonitor
+from pulumi.runtime.proto import resource_pb2
 
 AWS_ACCOUNT = "123456789012"
 AWS_REGION = "us-east-1"
@@ -58,6 +59,9 @@ class RecordedResource:
     dependencies: frozenset[str] = frozenset()
     #: The inputs as sent, secrets still in their envelopes (see :func:`is_secret`).
     raw_inputs: State | None = None
+    urn: str = ""
+    #: URN of the parent component ("" for the stack).
+    parent: str = ""
 
     def depends_on(self, name: str) -> bool:
         """True when one of :attr:`dependencies` is the resource with this logical name."""
@@ -251,25 +255,66 @@ def _default_calls() -> dict[str, Callable[[State], State]]:
     }
 
 
+@dataclass
+class RecordedInvoke:
+    """One invoke as the engine saw it."""
+
+    token: str
+    args: State
+    provider: str
+    #: URNs the invoke waited for (its ``depends_on``, components expanded to their children).
+    dependencies: frozenset[str] = frozenset()
+
+    def depends_on(self, name: str) -> bool:
+        """True when one of :attr:`dependencies` is the resource with this logical name."""
+        return any(urn.rsplit("::", 1)[-1] == name for urn in self.dependencies)
+
+    def dependency_names(self) -> set[str]:
+        """Logical names of every resource this invoke waited for."""
+        return {urn.rsplit("::", 1)[-1] for urn in self.dependencies}
+
+
 class _DependencyMonitor(MockMonitor):
     """The SDK's mock monitor, handing each request's dependency URNs to :class:`RecordingMocks`.
 
     ``MockResourceArgs`` carries no dependencies, but ordering is what several cloud
     defects are about (a grant before its identity pool exists, a pod before its
-    credentials), so the tests must be able to see it.
+    credentials, a lookup before its API is enabled), so the tests must be able to see it.
     """
 
     def __init__(self, mocks: RecordingMocks) -> None:
         super().__init__(mocks)
         self.recording = mocks
 
+    def GetDeploymentInfo(self, request: Any) -> Any:  # noqa: N802 - the gRPC method name
+        # Announcing invoke dependencies makes the SDK put an invoke's depends_on on the
+        # request. It still waits for them itself before sending it, as with the base monitor.
+        info = super().GetDeploymentInfo(request)
+        info.supportedFeatures.append(resource_pb2.RESOURCE_MONITOR_FEATURE_INVOKE_DEPENDS_ON)
+        return info
+
+    def Invoke(self, request: Any) -> Any:  # noqa: N802 - the gRPC method name
+        self.recording._pending.invoke_dependencies = frozenset(request.dependsOn)
+        try:
+            return super().Invoke(request)
+        finally:
+            self.recording._pending.invoke_dependencies = frozenset()
+
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - the gRPC method name
         # Registrations run on several executor threads at once; each calls new_resource on its own.
         self.recording._pending.dependencies = frozenset(request.dependencies)
+        self.recording._pending.urn = self.make_urn(request.parent, request.type, request.name)
+        self.recording._pending.parent = request.parent
         try:
             return super().RegisterResource(request)
         finally:
             self.recording._pending.dependencies = frozenset()
+            self.recording._pending.urn = self.recording._pending.parent = ""
+
+
+def _provider_urn(reference: str) -> str:
+    """The URN of a provider reference ``URN::ID`` ("" for none)."""
+    return reference.rsplit("::", 1)[0] if reference else ""
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
@@ -283,6 +328,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
     def __init__(self, extra_calls: dict[str, Callable[[State], State]] | None = None) -> None:
         self.resources: list[RecordedResource] = []
         self.calls: list[tuple[str, State, str]] = []
+        #: The same invokes with what each waited for.
+        self.invokes: list[RecordedInvoke] = []
         self._calls = {**_default_calls(), **(extra_calls or {})}
         self._pending = threading.local()
 
@@ -331,12 +378,16 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 resource_id=resource_id,
                 dependencies=getattr(self._pending, "dependencies", frozenset()),
                 raw_inputs=dict(args.inputs),
+                urn=getattr(self._pending, "urn", ""),
+                parent=getattr(self._pending, "parent", ""),
             )
         )
         return resource_id, state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> State:
         self.calls.append((args.token, dict(args.args), args.provider or ""))
+        waited = getattr(self._pending, "invoke_dependencies", frozenset())
+        self.invokes.append(RecordedInvoke(args.token, dict(args.args), args.provider or "", waited))
         answer = self._calls.get(args.token)
         if answer is None:
             raise NotImplementedError(f"RecordingMocks has no answer for invoke {args.token!r}")
@@ -347,6 +398,32 @@ class RecordingMocks(pulumi.runtime.Mocks):
     def of_type(self, typ: str) -> list[RecordedResource]:
         """Every recorded resource with this type token, in registration order."""
         return [r for r in self.resources if r.typ == typ]
+
+    def waits_for(self, waiting: RecordedResource | RecordedInvoke, name: str) -> bool:
+        """True when ``waiting`` is made only after the resource named ``name`` exists, directly or
+        through a chain of dependencies, parents (a child registers after its parent, which
+        registers after the parent's ``depends_on``) and providers (a resource registers after
+        its provider, which registers after the inputs it came from)."""
+        by_urn = {r.urn: r for r in self.resources if r.urn}
+        seen: set[str] = set()
+        todo = list(waiting.dependencies)
+        if isinstance(waiting, RecordedResource):
+            todo += [waiting.parent, _provider_urn(waiting.provider)]
+        while todo:
+            urn = todo.pop()
+            if not urn or urn in seen:
+                continue
+            seen.add(urn)
+            if urn.rsplit("::", 1)[-1] == name:
+                return True
+            found = by_urn.get(urn)
+            if found is not None:
+                todo += [*found.dependencies, found.parent, _provider_urn(found.provider)]
+        return False
+
+    def invokes_of(self, token: str) -> list[RecordedInvoke]:
+        """Every recorded invoke of this function token, in call order."""
+        return [i for i in self.invokes if i.token == token]
 
     def one(self, typ: str) -> RecordedResource:
         """The single resource of this type (fails if there are none or several)."""

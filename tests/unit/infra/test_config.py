@@ -451,3 +451,62 @@ def test_history_server_replicas() -> None:
     """One pod unless asked; Pulumi hands ``pulumi config set --path historyServer.replicas 3`` over as a string."""
     assert parse_config(base()).history_server.replicas == 1
     assert parse_config(base(historyServer={"replicas": "3"})).history_server.replicas == 3
+
+
+#: Azure: "A maximum of 20 federated identity credentials can be added to an application or
+#: user-assigned managed identity."
+FIC_LIMIT = 20
+
+
+def _azure_namespaces(count: int, **overrides: Any) -> dict[str, Any]:
+    return base(
+        cloud="azure",
+        gcp=None,
+        azure=AZURE,
+        workloads={"namespaces": [f"team-{i}" for i in range(count)]},
+        **overrides,
+    )
+
+
+def test_azure_refuses_more_namespaces_than_one_identity_takes_credentials() -> None:
+    """More than 20 ``workloads.namespaces`` on Azure stop at config time, naming the key and the limit.
+
+    Azure: "A maximum of 20 federated identity credentials can be added to an application or
+    user-assigned managed identity"
+    (https://learn.microsoft.com/en-us/entra/workload-id/workload-identity-federation-considerations).
+    The collectors of every namespace share the writer identity, one credential each: the 21st
+    was rejected in the middle of ``pulumi up``, after the first 20 were created.
+    """
+    with pytest.raises(ConfigError, match=r"ray-history-server:workloads\.namespaces lists 21 namespaces.*at most 20"):
+        parse_config(_azure_namespaces(FIC_LIMIT + 1))
+    # The limit itself passes, with the gc job too: it has an identity of its own.
+    config = parse_config(_azure_namespaces(FIC_LIMIT, retention={"days": 30}))
+    assert len(config.workloads.namespaces) == FIC_LIMIT
+    # Other clouds grant per service account (no per-identity credential limit).
+    assert len(parse_config(base(workloads={"namespaces": [f"t-{i}" for i in range(30)]})).workloads.namespaces) == 30
+
+
+@pytest.mark.parametrize("repository", ["team-a/ray-history", "ray_history", "ray.history", "ray-", "9ray", "r" * 64])
+def test_gcp_repository_must_be_an_artifact_registry_id(repository: str) -> None:
+    """On GCP, with the stack creating the registry, ``images.repository`` is the Artifact Registry
+    repository id: lower-case letters, digits and hyphens, a letter first, a letter or digit last, at
+    most 63 characters (https://cloud.google.com/artifact-registry/docs/repositories/create-repos).
+    Artifact Registry rejected anything else at ``pulumi up``; now the config stops first."""
+    with pytest.raises(ConfigError, match=r"ray-history-server:images\.repository "):
+        parse_config(base(images={"repository": repository}))
+
+
+def test_repository_paths_stay_valid_where_they_are_paths() -> None:
+    """ECR and ACR take ``/``-separated paths, and so does an existing registry on GCP."""
+    aws = parse_config(
+        base(
+            cloud="aws",
+            gcp=None,
+            aws={"region": "us-east-1", "clusterName": "ray"},
+            images={"repository": "team-a/ray"},
+        )
+    )
+    assert aws.images.repository == "team-a/ray"
+    existing = parse_config(base(images={"registry": "us-docker.pkg.dev/p/r", "repository": "team-a/ray"}))
+    assert existing.images.repository == "team-a/ray"
+    assert parse_config(base(images={"repository": "r" * 63})).images.repository == "r" * 63

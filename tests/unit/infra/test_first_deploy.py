@@ -199,7 +199,8 @@ def test_eks_aws_names_fit_for_any_accepted_cluster_name(length: int) -> None:
 
 
 def test_gcp_apis_are_enabled_first_and_kept_on_destroy() -> None:
-    """Container, Artifact Registry, Storage, IAM and IAM Credentials APIs are enabled before anything uses them.
+    """Container, Artifact Registry, Storage, IAM, IAM Credentials and Cloud Resource Manager APIs are
+    enabled before anything uses them.
 
     GCP: a new project has these APIs disabled; calls fail with ``SERVICE_DISABLED`` until
     ``serviceusage`` enables them (https://cloud.google.com/service-usage/docs/enable-disable).
@@ -212,6 +213,96 @@ def test_gcp_apis_are_enabled_first_and_kept_on_destroy() -> None:
         resource = next(r for r in mocks.resources if r.name == component and not r.custom)
         # A dependency on a component is a dependency on each of its children.
         assert {s.name for s in services} <= resource.dependency_names(), (component, resource.dependency_names())
+
+
+GET_PROJECT = "gcp:organizations/getProject:getProject"
+PROJECT_IAM = "gcp:projects/iAMMember:IAMMember"
+
+
+def _gke_with_managed_metrics() -> dict[str, Any]:
+    values = created_cluster_values("gke")
+    values["metrics"] = {"mode": "managed"}
+    return values
+
+
+def _existing_gke_with_managed_metrics() -> dict[str, Any]:
+    values = _existing("gke")
+    values["metrics"] = {"mode": "managed"}
+    return values
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        created_cluster_values("gke"),
+        _existing("gke"),
+        _gke_with_managed_metrics(),
+        _existing_gke_with_managed_metrics(),
+    ],
+    ids=["created-cluster", "existing-cluster", "created-cluster-managed-metrics", "existing-cluster-managed-metrics"],
+)
+def test_gcp_resource_manager_calls_wait_for_its_api(values: dict[str, Any]) -> None:
+    """The stack enables ``cloudresourcemanager.googleapis.com``, and every project lookup and
+    project-level IAM grant is made after it is on.
+
+    GCP: ``projects.get`` (``gcp.organizations.getProject``, the project number of the
+    ``principal://`` members) and ``projects.getIamPolicy``/``setIamPolicy`` (what
+    ``gcp.projects.IAMMember`` calls) are Cloud Resource Manager methods: "Enable the Resource
+    Manager API" (https://cloud.google.com/iam/docs/write-policy-client-libraries). It is not among
+    the services a new project has on
+    (https://cloud.google.com/service-usage/docs/enabled-service#default): with the API quota billed
+    to that project, the calls fail with ``SERVICE_DISABLED``.
+    """
+    mocks, _ = deploy_with(values)
+    enabled = {s.inputs["service"]: s.name for s in mocks.of_type("gcp:projects/service:Service")}
+    assert "cloudresourcemanager.googleapis.com" in enabled, sorted(enabled)
+    api = enabled["cloudresourcemanager.googleapis.com"]
+    lookups, grants = mocks.invokes_of(GET_PROJECT), mocks.of_type(PROJECT_IAM)
+    assert lookups, "every GCP stack looks up the project number (test premise)"
+    early = [f"{GET_PROJECT}{sorted(i.dependency_names())}" for i in lookups if not mocks.waits_for(i, api)]
+    early += [g.name for g in grants if not mocks.waits_for(g, api)]
+    assert not early, f"Resource Manager calls made before {api} is enabled: {early}"
+
+
+def test_aks_at_the_namespace_limit_no_identity_exceeds_azures_credential_limit() -> None:
+    """With the most namespaces the config accepts on Azure (20, plus the gc job), every managed
+    identity stays within Azure's 20 federated identity credentials, and one more is refused.
+
+    Azure: "A maximum of 20 federated identity credentials can be added to an application or
+    user-assigned managed identity"
+    (https://learn.microsoft.com/en-us/entra/workload-id/workload-identity-federation-considerations).
+    """
+    from collections import Counter
+
+    from infra.config import ConfigError
+
+    values = _existing("aks")
+    values["retention"] = {"days": 30}
+    values["workloads"] = {**values["workloads"], "namespaces": [f"team-{i}" for i in range(20)]}
+    mocks, _ = deploy_with(values)
+    credentials = mocks.of_type("azure-native:managedidentity:FederatedIdentityCredential")
+    per_identity = Counter(r.inputs["resourceName"] for r in credentials)
+    assert len(credentials) == 22 and max(per_identity.values()) == 20, per_identity  # writer, server, gc
+    values["workloads"]["namespaces"].append("team-20")
+    with pytest.raises(ConfigError, match=r"workloads\.namespaces lists 21 namespaces"):
+        deploy_with(values)
+
+
+def test_gke_repository_setting_must_be_an_artifact_registry_id() -> None:
+    """``images.repository`` becomes the Artifact Registry ``repository_id`` on GCP: lower-case
+    letters, digits and hyphens, a letter first, a letter or digit last, at most 63 characters
+    (https://cloud.google.com/artifact-registry/docs/repositories/create-repos). An ECR-style
+    ``team-a/ray-history`` is refused before anything is created; a valid id is used as given."""
+    from infra.config import ConfigError
+
+    values = _existing("gke")
+    for bad in ("team-a/ray-history", "ray_history", "ray.history"):
+        values["images"] = {**values["images"], "repository": bad}
+        with pytest.raises(ConfigError, match=r"ray-history-server:images\.repository "):
+            deploy_with(values)
+    values["images"] = {**values["images"], "repository": "team-a-ray-history"}
+    mocks, _ = deploy_with(values)
+    assert mocks.one("gcp:artifactregistry/repository:Repository").inputs["repositoryId"] == "team-a-ray-history"
 
 
 def test_stack_scoped_names_and_configured_cluster_wide_names() -> None:

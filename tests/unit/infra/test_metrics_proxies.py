@@ -258,3 +258,38 @@ def test_sigv4_proxy_role_and_policy_names_fit_aws_limits() -> None:
         run()
         assert names_over_limit(mocks) == []
         assert iam_naming(mocks) == (2, {("Role", prefixed[0]), ("RolePolicy", prefixed[1])})
+
+
+def test_gmp_frontend_project_lookup_waits_like_its_grant() -> None:
+    """The ``getProject`` lookup of the query frontend waits for what its project grant waits for:
+    ``on_cloud``'s dependencies and the service account (on a created cluster, its Kubernetes
+    provider waits for the cluster, made after the project's APIs are enabled).
+
+    GCP: ``projects.get`` and project IAM policy writes are Cloud Resource Manager methods
+    (https://cloud.google.com/iam/docs/write-policy-client-libraries), off in a new project
+    (https://cloud.google.com/service-usage/docs/enabled-service#default). An invoke does not wait
+    for anything by itself: unchecked, the lookup ran at program start, before any API was enabled.
+    """
+    from ray_history_pulumi.gcp_services import GcpProjectServices, GcpProjectServicesArgs
+    from ray_history_pulumi.metrics_proxies import gmp_frontend
+
+    mocks = RecordingMocks.install()
+
+    @pulumi.runtime.test
+    def run() -> pulumi.Output[Any]:
+        apis = GcpProjectServices("apis", GcpProjectServicesArgs(project="demo-proj"))
+        proxy = gmp_frontend(
+            "metrics-frontend",
+            namespace="ray-metrics",
+            labels={},
+            cloud_provider=None,
+            on_k8s=pulumi.ResourceOptions(),
+            on_cloud=pulumi.ResourceOptions(depends_on=[apis]),
+        )
+        return pulumi.Output.all(*(r.urn for r in proxy.resources))
+
+    run()
+    (lookup,) = mocks.invokes_of("gcp:organizations/getProject:getProject")
+    assert {"apis-cloudresourcemanager", "metrics-frontend-sa"} <= lookup.dependency_names()
+    grant = mocks.one("gcp:projects/iAMMember:IAMMember")
+    assert grant.depends_on("apis-cloudresourcemanager"), grant.dependency_names()

@@ -9,7 +9,11 @@ import pulumi
 import pulumi_azure_native as azure
 import pytest
 
-from ray_history_pulumi.azure_storage import AzureBlobHistoryStorage, AzureBlobHistoryStorageArgs
+from ray_history_pulumi.azure_storage import (
+    AzureBlobHistoryStorage,
+    AzureBlobHistoryStorageArgs,
+    credentials_per_identity,
+)
 from ray_history_pulumi.contracts import ServiceAccountRef
 from tests.unit.infra.mocks import AKS_ISSUER, AZURE_SUBSCRIPTION, RecordingMocks, settled
 
@@ -322,6 +326,49 @@ def test_index_maintainer_gets_its_own_identity_with_both_containers(mocks: Reco
     assert credentials["system:serviceaccount:ray:ray-collector"] == "history-writer"
     assert storage.wiring.index_maintainers == ["ray-system/ray-history-gc"]
     assert set(storage.wiring.writers) == {"ray/ray-collector", "team-a/ray-worker", "ray-system/ray-history-gc"}
+
+
+def _accounts(count: int, name: str = "ray-collector") -> list[ServiceAccountRef]:
+    return [ServiceAccountRef(f"team-{i}", name) for i in range(count)]
+
+
+@pytest.mark.parametrize(
+    ("writers", "maintainers", "field"),
+    [(_accounts(21), [], "writers"), (_accounts(21), _accounts(21), "index_maintainers")],
+)
+def test_no_identity_gets_more_federated_credentials_than_azure_allows(
+    writers: list[ServiceAccountRef], maintainers: list[ServiceAccountRef], field: str
+) -> None:
+    """Azure: "A maximum of 20 federated identity credentials can be added to an application or
+    user-assigned managed identity"
+    (https://learn.microsoft.com/en-us/entra/workload-id/workload-identity-federation-considerations).
+    The writers (and the index maintainers) share one identity, one credential per service account:
+    the 21st is refused here, naming the argument, not by Azure in the middle of ``pulumi up``."""
+    with pytest.raises(ValueError, match=rf"AzureBlobHistoryStorageArgs\.{field}: 21 service accounts.*at most 20"):
+        AzureBlobHistoryStorageArgs(
+            resource_group_name="rg",
+            account_name="rayhistory",
+            oidc_issuer_url=AKS_ISSUER,
+            writers=writers,
+            index_maintainers=maintainers,
+        )
+
+
+def test_twenty_writers_and_a_maintainer_fit() -> None:
+    """At the limit: 20 collectors on the writer identity; the maintainer's credential is on its own."""
+    gc = ServiceAccountRef("ray-system", "ray-history-gc")
+    args = AzureBlobHistoryStorageArgs(
+        resource_group_name="rg",
+        account_name="rayhistory",
+        oidc_issuer_url=AKS_ISSUER,
+        writers=[*_accounts(20), gc],
+        index_maintainers=[gc],
+    )
+    assert credentials_per_identity(args.writers, args.index_maintainers) == {
+        "server": 1,
+        "writer": 20,
+        "maintainer": 1,
+    }
 
 
 @pytest.mark.parametrize(

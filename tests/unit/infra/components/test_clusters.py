@@ -336,3 +336,39 @@ def test_gke_zonal_pool_keeps_an_exact_node_count(mocks: RecordingMocks) -> pulu
         assert "autoscaling" not in pool
 
     return gke.kubeconfig.apply(check)
+
+
+GET_PROJECT = "gcp:organizations/getProject:getProject"
+
+
+@settled
+def test_gke_resource_manager_calls_wait_for_the_enabled_apis(mocks: RecordingMocks) -> pulumi.Output[None]:
+    """The project lookup and the node role grant wait for ``depends_on`` (the project's enabled APIs),
+    whether it is given in the args or in the component's options.
+
+    GCP: ``projects.get`` and project IAM policy writes are Cloud Resource Manager methods ("Enable
+    the Resource Manager API", https://cloud.google.com/iam/docs/write-policy-client-libraries),
+    which a new project does not have on
+    (https://cloud.google.com/service-usage/docs/enabled-service#default); a call made before
+    ``serviceusage`` turns it on fails with ``SERVICE_DISABLED``. An invoke does not wait for its
+    parent component's ``depends_on`` by itself.
+    """
+    from ray_history_pulumi.gcp_services import GcpProjectServices, GcpProjectServicesArgs
+
+    in_args = GcpProjectServices("apis-args", GcpProjectServicesArgs(project="demo-proj"))
+    in_opts = GcpProjectServices("apis-opts", GcpProjectServicesArgs(project="demo-proj"))
+    gke = GkeCluster(
+        "gke",
+        GkeClusterArgs(project="demo-proj", location="us-central1", depends_on=(in_args,)),
+        opts=pulumi.ResourceOptions(depends_on=[in_opts]),
+    )
+
+    def check(_: str) -> None:
+        (lookup,) = mocks.invokes_of(GET_PROJECT)
+        for apis in ("apis-args", "apis-opts"):
+            assert lookup.depends_on(f"{apis}-cloudresourcemanager"), lookup.dependency_names()
+        role = mocks.one("gcp:projects/iAMMember:IAMMember")
+        assert role.depends_on("apis-args-cloudresourcemanager"), role.dependency_names()
+        assert mocks.waits_for(role, "apis-opts-cloudresourcemanager")
+
+    return gke.project_number.apply(check)

@@ -115,6 +115,33 @@ def test_known_project_number_skips_lookup(mocks: RecordingMocks) -> pulumi.Outp
 
 
 @settled
+def test_project_lookup_waits_for_the_components_dependencies(mocks: RecordingMocks) -> pulumi.Output[None]:
+    """The ``getProject`` lookup waits for the component's ``depends_on`` (the project's enabled APIs).
+
+    GCP: ``projects.get`` is a Cloud Resource Manager method
+    (https://cloud.google.com/iam/docs/write-policy-client-libraries), off in a new project
+    (https://cloud.google.com/service-usage/docs/enabled-service#default): looked up before
+    ``serviceusage`` enables it, it fails with ``SERVICE_DISABLED``. The bucket and grants wait for
+    the component's ``depends_on`` through their parent; an invoke does not by itself.
+    """
+    from ray_history_pulumi.gcp_services import GcpProjectServices, GcpProjectServicesArgs
+
+    apis = GcpProjectServices("apis", GcpProjectServicesArgs(project="demo-proj"))
+    storage = GcsHistoryStorage(
+        "history",
+        GcsHistoryStorageArgs(project="demo-proj", location="US", writers=WRITERS, server=SERVER),
+        opts=pulumi.ResourceOptions(depends_on=[apis]),
+    )
+
+    def check(_: str) -> None:
+        (lookup,) = mocks.invokes_of("gcp:organizations/getProject:getProject")
+        services = {r.name for r in mocks.of_type("gcp:projects/service:Service")}
+        assert services and services <= lookup.dependency_names(), lookup.dependency_names()
+
+    return storage.members["server"].apply(check)
+
+
+@settled
 def test_wiring_env_and_identities(mocks: RecordingMocks) -> pulumi.Output[None]:
     storage = _storage(bucket_name="my-ray-history", root_dir="/prod/")
 

@@ -266,3 +266,19 @@ def test_prebuilt_references_skip_the_build(mocks: RecordingMocks) -> pulumi.Out
 def test_bad_args_name_the_field(settings: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         HistoryImagesArgs(**settings)
+
+
+@pytest.mark.parametrize("repository", ["team-a/ray-history", "ray_history", "ray.history", "Ray", "ray-", "r" * 64])
+def test_gcp_repository_name_must_be_an_artifact_registry_id(repository: str) -> None:
+    """Artifact Registry repository ids are lower-case letters, digits and hyphens, a letter first,
+    a letter or digit last, at most 63 characters
+    (https://cloud.google.com/artifact-registry/docs/repositories/create-repos): the component
+    refuses another ``repository_name`` for ``registry="gcp"`` instead of Artifact Registry at ``pulumi up``."""
+    gcp = {"registry": "gcp", "gcp_project": "p", "gcp_location": "us-central1"}
+    with pytest.raises(ValueError, match=re.escape(f"HistoryImagesArgs.repository_name={repository!r}")):
+        HistoryImagesArgs(**gcp, repository_name=repository)  # type: ignore[arg-type]
+    HistoryImagesArgs(**gcp, repository_name="ray-history-team-b")  # type: ignore[arg-type]
+    # ECR takes paths: the rule is Artifact Registry's only.
+    assert (
+        HistoryImagesArgs(registry="aws", repository_name="team-a/ray-history").repository("s") == "team-a/ray-history"
+    )
