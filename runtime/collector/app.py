@@ -6,7 +6,8 @@ is known), unlike KubeRay's Go collector, which listens only after the head dash
 answered and exits after a minute if it does not.
 
 Shutdown (SIGTERM), all inside ``shutdown_deadline``:
-stop accepting (503) -> let in-flight batches finish -> rotate every spool file ->
+stop accepting (503) -> let in-flight batches finish -> rotate every spool file
+(a batch whose body completes after that gets 503 too) ->
 in parallel: upload all spool files, ship every log byte, final snapshot poll and
 session marker (head) -> exit.
 """
@@ -70,6 +71,8 @@ class Collector:
         self.bound_port = config.events_port
 
         cluster_key = f"{config.cluster.name}_{config.cluster.namespace}"
+        # One quarantine: invalid events from the receiver, unstorable files from the uploader.
+        quarantine = Quarantine(config.event_data_dir / "quarantine" / f"{cluster_key}.jsonl")
         self.spool = Spool(
             config.event_data_dir,
             cluster_key,
@@ -86,12 +89,13 @@ class Collector:
             spool=self.spool,
             node_id=self.identity.node_id,
             metrics=self.metrics,
+            quarantine=quarantine,
             compression=config.event_compression,
             workers=config.upload_workers,
         )
         self.receiver = EventReceiver(
             spool=self.spool,
-            quarantine=Quarantine(config.event_data_dir / "quarantine" / f"{cluster_key}.jsonl"),
+            quarantine=quarantine,
             metrics=self.metrics,
             max_disk=config.event_max_disk,
             max_request_size=config.max_request_size,
@@ -233,10 +237,11 @@ class Collector:
         started = time.monotonic()
         deadline = started + self.config.shutdown_deadline - EXIT_MARGIN
         logger.info("shutting down: uploading everything within %.0fs", self.config.shutdown_deadline)
-        self.receiver.draining = True
+        self.receiver.begin_shutdown()
         self.receiver.wait_idle(timeout=min(2.0, self.config.shutdown_deadline / 4))
-        with self.receiver.write_lock:
-            self.spool.rotate_all()
+        # From here a batch still arriving gets 503 (Ray sends it again), never a 200
+        # for a spool file this shutdown would leave behind.
+        self.receiver.final_rotation()
         self._stop_threads.set()
 
         # Each part honours the deadline between storage calls, but one call can block

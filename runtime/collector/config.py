@@ -63,7 +63,7 @@ class CollectorConfig:
     event_max_disk: int = 200 * 1024 * 1024
     event_compression: bool = False
     event_fsync: bool = True
-    max_request_size: int = 64 * 1024 * 1024
+    max_request_size: int = cs.DEFAULT_MAX_REQUEST_MB * 1024 * 1024
     # Limits against a hostile client of the events port (docs/security-model.md).
     max_targets_per_batch: int = 1000
     max_open_spool_files: int = 256

@@ -108,9 +108,17 @@ COMPRESSION = Setting(
 FSYNC = Setting(
     "--event-fsync", "RAY_COLLECTOR_EVENT_FSYNC", boolean, True, "fdatasync before acknowledging", group=EVENTS
 )
+#: Ray 2.60's aggregator agent posts at most 1000 events per batch
+#: (RAY_DASHBOARD_AGGREGATOR_AGENT_MAX_EVENT_SEND_BATCH_SIZE) and resends a refused
+#: one forever, so a legitimate batch over the limit would stall the node's events:
+#: captured events weigh 0.5-8 KiB, but a failure storm's tracebacks can be larger,
+#: hence 32 KiB per event on average. The bodies held at once
+#: (receiver.DEFAULT_BODY_BUDGET) plus the one batch being written stay within the
+#: sidecar's 256Mi memory limit (infra/sidecar.py).
+DEFAULT_MAX_REQUEST_MB = 32
 MAX_REQUEST_MB = Setting(
-    "--max-request-mb", "RAY_COLLECTOR_MAX_REQUEST_MB", positive_int, 64, "largest accepted POST (413 above)",
-    group=EVENTS,
+    "--max-request-mb", "RAY_COLLECTOR_MAX_REQUEST_MB", positive_int, DEFAULT_MAX_REQUEST_MB,
+    "largest accepted POST (413 above); raising it raises the collector's memory use", group=EVENTS,
 )  # fmt: skip
 MAX_TARGETS = Setting(
     "--max-targets-per-batch", "RAY_COLLECTOR_MAX_TARGETS_PER_BATCH", positive_int, 1000,

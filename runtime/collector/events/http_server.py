@@ -21,6 +21,7 @@ threads. Here:
 from __future__ import annotations
 
 import io
+import json
 import logging
 import math
 import socket
@@ -28,6 +29,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
@@ -79,9 +81,13 @@ class DeadlineReader(io.RawIOBase):
 
 
 class LimitedHandler(BaseHTTPRequestHandler):
-    """Request handler reading through a :class:`DeadlineReader`."""
+    """Request handler reading through a :class:`DeadlineReader`; the refusals
+    http.server makes itself are JSON, as every other answer of the port."""
 
     protocol_version = "HTTP/1.1"
+    # http.server answers a request line it cannot parse in this version; with its
+    # default, HTTP/0.9, that answer had no status line and no headers at all.
+    default_request_version = "HTTP/1.1"
     _reader: DeadlineReader
     _buffered: io.BufferedReader
 
@@ -126,6 +132,29 @@ class LimitedHandler(BaseHTTPRequestHandler):
         self._reader.deadline = time.monotonic() + self.limits.body_timeout
         body = self.rfile.read(length)
         return body if len(body) == length else None
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (malformed request line, too many or too long
+        headers, unsupported method or version) as ``{"error": ...}`` instead of its
+        HTML page; the connection is closed, since the request was not read whole."""
+        try:
+            status = HTTPStatus(code)
+            phrase = status.phrase
+        except ValueError:
+            phrase = ""
+        logger.debug("events port: refused %s: %s %s", self.client_address, code, message or phrase)
+        body = json.dumps({"error": message or phrase or f"HTTP {code}"}).encode()
+        self.close_connection = True
+        self.prepare_write()
+        self.send_response(code, phrase or None)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Connection", "close")
+        # HEAD answers and 1xx/204/304 carry no body (RFC 9110), as in the base class.
+        with_body = self.command != "HEAD" and code >= 200 and code not in (204, 304)
+        self.send_header("Content-Length", str(len(body) if with_body else 0))
+        self.end_headers()
+        if with_body:
+            self.wfile.write(body)
 
     def prepare_write(self) -> None:
         """Reads left a deadline-sized timeout on the socket; writes get their own."""

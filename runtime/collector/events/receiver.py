@@ -8,7 +8,8 @@ POST, any non-2xx is retried with the identical batch. So:
 * invalid events inside a valid array are quarantined, and the batch is still 200;
 * 400 (JSON body naming the problem) only when the body is not a JSON array;
 * 503 with ``Retry-After`` when the spool is over budget, the collector is
-  shutting down or its connections are all taken; 413 for an oversized body or a
+  shutting down, its connections are all taken or the request bodies held in
+  memory would pass their budget; 413 for an oversized body or a
   batch naming more spool targets than ``max_targets_per_batch``; 411 without a
   ``Content-Length`` (chunked bodies are not accepted); 400 for a negative or
   malformed one; 408 for a body slower than its deadline; 500 for a local disk
@@ -16,6 +17,15 @@ POST, any non-2xx is retried with the identical batch. So:
 
 The body is read only after its length was checked, and never more than that
 length (``Content-Length: -1`` used to mean "read until the peer closes").
+Bodies are held in memory until their batch is written, so their bytes are
+reserved from one process-wide budget (``body_budget``) before they are read: a
+handful of clients sending large bodies at once must not take the sidecar past
+its memory limit.
+
+A request counts as in flight from :meth:`EventReceiver.admit` until its reply
+(:meth:`EventReceiver.done`), so the shutdown waits for bodies still arriving;
+once the shutdown's final rotation has begun, :meth:`EventReceiver.accept` refuses
+with 503: a 200 after it would name a batch no upload of this process sends.
 
 The server is the standard library's threaded HTTP server with deadlines and a
 connection cap (``http_server.py``): Ray's agent sends one batch at a time per
@@ -51,6 +61,12 @@ PRESSURE_RATIO = 0.8
 #: one node's events, from one session and a handful of jobs; each target costs an
 #: open file and a directory, so a made-up batch must not name thousands.
 DEFAULT_MAX_TARGETS_PER_BATCH = 1000
+#: Request bodies held in memory at once, across all connections. Ray's agent
+#: sends one batch at a time per node, so one default-size (32 MiB) body leaves
+#: room for a retry racing its predecessor. Added to the one batch being decoded
+#: and written (about three times its body, see parse.py), this keeps the
+#: receiver's share of the sidecar's 256Mi limit (infra/sidecar.py) near 150 MiB.
+DEFAULT_BODY_BUDGET = 48 * 1024 * 1024
 #: RFC 9110: 1*DIGIT, nothing else (``int()`` would also take "-1", "+5", " 1_0 ").
 _DIGITS = re.compile(r"[0-9]{1,18}")
 
@@ -108,9 +124,13 @@ class EventReceiver:
         max_targets_per_batch: int = DEFAULT_MAX_TARGETS_PER_BATCH,
         limits: ServerLimits | None = None,
         on_job_ended: Callable[[], None] | None = None,
+        body_budget: int = DEFAULT_BODY_BUDGET,
     ) -> None:
         """``on_job_ended``: told, once a batch is durable, that it reported a driver
-        job FINISHED (the head's snapshot recorder polls for the job's final status)."""
+        job FINISHED (the head's snapshot recorder polls for the job's final status).
+        ``body_budget``: bytes of request bodies held in memory at once; never less
+        than ``max_request_size``, or a batch the size limit allows would get 503
+        forever."""
         self.spool = spool
         self.quarantine = quarantine
         self.metrics = metrics
@@ -120,9 +140,13 @@ class EventReceiver:
         self.max_targets_per_batch = max_targets_per_batch
         self.limits = limits or ServerLimits()
         self.on_job_ended = on_job_ended
+        self.body_budget = max(body_budget, max_request_size)
         self.draining = False
         self._in_flight = 0
+        self._body_bytes = 0  # reserved by admitted requests, released after their reply
         self._count_lock = threading.Lock()
+        # Set under write_lock by the shutdown's final rotation: accept() refuses after it.
+        self._sealed = False
         # One batch decoded and written at a time: appends must be ordered anyway,
         # and decoding holds the GIL, so concurrency would only multiply memory.
         self.write_lock = threading.Lock()
@@ -134,7 +158,18 @@ class EventReceiver:
     def admit(self, content_length: int | None, problem: LengthError | None = None) -> Reply | None:
         """Checks made before reading the body; a Reply means "answer this".
         ``content_length`` comes from :func:`body_length`, or is None with the
-        ``problem`` it raised."""
+        ``problem`` it raised. None means admitted: the request counts as in flight
+        and holds ``content_length`` bytes of the body budget until :meth:`done`."""
+        # Under the lock begin_shutdown() takes: a request admitted here is already
+        # counted when the shutdown waits for in-flight requests.
+        with self._count_lock:
+            refused = self._refusal(content_length, problem)
+            if refused is None and content_length is not None:
+                self._body_bytes += content_length
+                self._in_flight += 1
+        return refused
+
+    def _refusal(self, content_length: int | None, problem: LengthError | None) -> Reply | None:
         if self.draining:
             return _json(503, {"error": "collector is shutting down"}, **{"Retry-After": "5"})
         if self.under_pressure():
@@ -149,38 +184,70 @@ class EventReceiver:
             return _json(411, {"error": "Content-Length is required"})
         if content_length > self.max_request_size:
             return _json(413, {"error": f"request body over {self.max_request_size} bytes"})
+        if self._body_bytes + content_length > self.body_budget:
+            return _json(
+                503,
+                {
+                    "error": f"collector busy: {self._body_bytes} bytes of request bodies held in memory, "
+                    f"{content_length} more would pass the budget of {self.body_budget}"
+                },
+                **{"Retry-After": "1"},
+            )
         return None
 
-    def accept(self, body: bytes) -> Reply:
-        """Decode, spool durably, quarantine what is invalid."""
+    def done(self, content_length: int) -> None:
+        """The end of a request :meth:`admit` let in (after its reply, or after the
+        client left): its body's bytes go back to the budget and it no longer
+        counts as in flight."""
         with self._count_lock:
-            self._in_flight += 1
-        try:
-            with self.write_lock:
-                try:
-                    batch = parse_batch(body)
-                except BatchRejected as exc:
-                    return _json(400, {"error": str(exc)})
-                if len(batch.groups) > self.max_targets_per_batch:
-                    # Refused before anything is written: only this batch pays.
-                    return _json(
-                        413,
-                        {
-                            "error": f"batch names {len(batch.groups)} distinct (session, node, job) spool targets, "
-                            f"over the limit of {self.max_targets_per_batch}; split it"
-                        },
-                    )
-                try:
-                    self._store(batch)
-                except OSError as exc:
-                    logger.error("spooling an event batch failed: %s", exc)
-                    return _json(500, {"error": f"local spool write failed: {exc.strerror or exc}"})
-            if batch.jobs_ended and self.on_job_ended is not None:
-                self._tell_job_ended(self.on_job_ended)
-            return _json(200, {"accepted": batch.accepted, "quarantined": len(batch.rejected)})
-        finally:
-            with self._count_lock:
-                self._in_flight -= 1
+            self._body_bytes -= content_length
+            self._in_flight -= 1
+
+    def begin_shutdown(self) -> None:
+        """Refuse new requests from now on (503); those admitted before still finish."""
+        with self._count_lock:
+            self.draining = True
+
+    def final_rotation(self) -> int:
+        """The shutdown's last rotation: every spool file is handed to the uploader,
+        and any batch arriving after this is refused rather than written to a file
+        this process would never upload."""
+        with self.write_lock:
+            self._sealed = True
+            return self.spool.rotate_all()
+
+    def accept(self, body: bytes) -> Reply:
+        """Decode, spool durably, quarantine what is invalid (for a request
+        :meth:`admit` let in; the caller calls :meth:`done` after replying)."""
+        with self.write_lock:
+            if self._sealed:
+                # The final upload has its file list: a 200 now would be a lie.
+                return _json(
+                    503,
+                    {"error": "collector is shutting down: its final upload has begun, send the batch again"},
+                    **{"Retry-After": "5"},
+                )
+            try:
+                batch = parse_batch(body)
+            except BatchRejected as exc:
+                return _json(400, {"error": str(exc)})
+            if len(batch.groups) > self.max_targets_per_batch:
+                # Refused before anything is written: only this batch pays.
+                return _json(
+                    413,
+                    {
+                        "error": f"batch names {len(batch.groups)} distinct (session, node, job) spool targets, "
+                        f"over the limit of {self.max_targets_per_batch}; split it"
+                    },
+                )
+            try:
+                self._store(batch)
+            except OSError as exc:
+                logger.error("spooling an event batch failed: %s", exc)
+                return _json(500, {"error": f"local spool write failed: {exc.strerror or exc}"})
+        if batch.jobs_ended and self.on_job_ended is not None:
+            self._tell_job_ended(self.on_job_ended)
+        return _json(200, {"accepted": batch.accepted, "quarantined": len(batch.rejected)})
 
     @staticmethod
     def _tell_job_ended(listener: Callable[[], None]) -> None:
@@ -201,7 +268,9 @@ class EventReceiver:
         self.metrics.spool_files.set(self.spool.file_count)
 
     def wait_idle(self, timeout: float) -> None:
-        """After draining is set: let requests already inside finish writing."""
+        """After :meth:`begin_shutdown`: let requests already admitted finish (their
+        body still arriving, or their batch being written), for at most ``timeout``;
+        one still unfinished then is refused by :meth:`accept` after the final rotation."""
         deadline = time.monotonic() + timeout
         while self._in_flight and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -265,15 +334,19 @@ class _Handler(LimitedHandler):
         if refused is not None or length is None:
             self._send(refused or _json(411, {"error": "Content-Length is required"}), drain=True)
             return
-        try:
-            body = self.read_body(length)
-        except ReadDeadlineError:
-            self._send(_json(408, {"error": f"body not received within {self.limits.body_timeout:g}s"}), drain=True)
-            return
-        if body is None:
-            self.close_connection = True  # the client left mid-body: nobody to answer
-            return
-        self._send(self.receiver.accept(body))
+        try:  # admitted: in flight, and its body's bytes reserved, until replied to
+            try:
+                body = self.read_body(length)
+            except ReadDeadlineError:
+                timeout = self.limits.body_timeout
+                self._send(_json(408, {"error": f"body not received within {timeout:g}s"}), drain=True)
+                return
+            if body is None:
+                self.close_connection = True  # the client left mid-body: nobody to answer
+                return
+            self._send(self.receiver.accept(body))
+        finally:
+            self.receiver.done(length)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's dispatch name
         path = self.path.split("?", 1)[0]
@@ -289,6 +362,8 @@ class _Handler(LimitedHandler):
         self.prepare_write()
         if self.command == "POST":
             self.receiver.metrics.event_requests.labels(status=str(reply.status)).inc()
+        if self.receiver.draining:
+            drain = True  # shutting down: no further request on this connection
         if drain:
             # The body was not read: close rather than desynchronise keep-alive.
             self.close_connection = True

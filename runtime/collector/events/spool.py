@@ -124,7 +124,7 @@ class Spool:
             touched: list[_Active] = []
             for target, lines in grouped.items():
                 active = self._active.get(target) or self._open(target)
-                data = b"\n".join(lines) + b"\n"
+                data = b"\n".join([*lines, b""])  # the final newline without a second copy of it all
                 try:
                     fd = self._fd(active)
                     _write_all(fd, data)

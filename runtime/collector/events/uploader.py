@@ -9,13 +9,18 @@ succeeded; anything still waiting at exit is resumed by the next process.
 
 from __future__ import annotations
 
+import gzip
 import heapq
 import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
+from runtime.collector.events.parse import RejectedEvent
+from runtime.collector.events.quarantine import Quarantine
 from runtime.collector.events.spool import Spool
 from runtime.collector.events.spool_files import ReadyFile
 from runtime.collector.metrics import CollectorMetrics
@@ -24,6 +29,11 @@ from runtime.storage.errors import InvalidKeyError, StorageError
 from runtime.storage.layout import ClusterRef, KeyLayout, event_file_name
 
 logger = logging.getLogger(__name__)
+
+#: Quarantine reason of events in a spool file no storage key can hold.
+UNSTORABLE = "unstorable_key"
+#: Lines handed to the quarantine at once when a file is set aside (bounds memory).
+_CHUNK_LINES = 1000
 
 INITIAL_BACKOFF = 1.0
 MAX_BACKOFF = 60.0
@@ -42,10 +52,13 @@ class EventUploader:
         spool: Spool,
         node_id: Callable[[], str | None],
         metrics: CollectorMetrics,
+        quarantine: Quarantine,
         compression: bool = False,
         workers: int = 2,
     ) -> None:
+        """``quarantine``: where the events of a file no storage key can hold go."""
         self.store = store
+        self.quarantine = quarantine
         self.layout = layout
         self.cluster = cluster
         self.spool = spool
@@ -149,14 +162,15 @@ class EventUploader:
         if node is None:
             self._retry(ready, failures, reason="node id not known yet")
             return
-        if self.compression:
-            ready = self.spool.compress(ready)
         try:
-            key = self._key(ready, node)
+            key = self._key(ready, node)  # before compressing: an unstorable file is not worth it
         except InvalidKeyError as exc:
-            logger.error("event file %s cannot be stored (%s); leaving it on disk", ready.path, exc)
             self.metrics.upload_failures.labels(what="events", kind="InvalidKey").inc()
+            self._set_aside(ready, exc)
             return
+        if self.compression and not ready.compressed:
+            ready = self.spool.compress(ready)
+            key = self._key(ready, node)
         started = time.monotonic()
         try:
             self.store.put_file(key, ready.path)
@@ -173,6 +187,33 @@ class EventUploader:
             logger.info("event uploads recovered")
             self._last_error = None
         logger.debug("uploaded %s -> %s", ready.path.name, key)
+
+    def _set_aside(self, ready: ReadyFile, problem: InvalidKeyError) -> None:
+        """A file no key can hold (e.g. spooled by an older version with looser
+        rules) would wait forever and hold its share of the spool budget, across
+        restarts too, until every batch got 503: its events go to the quarantine
+        (bounded, as other invalid events) and the file leaves the spool."""
+        moved = dropped = 0
+        try:
+            for chunk in _line_chunks(ready.path):
+                rejected = [RejectedEvent(reason=UNSTORABLE, raw=line) for line in chunk]
+                kept = self.quarantine.add(rejected)
+                moved += kept
+                dropped += len(rejected) - kept
+        except (OSError, EOFError, zlib.error) as exc:  # unreadable: nothing to set aside
+            logger.error("reading unstorable event file %s failed: %s", ready.path, exc)
+        if moved or dropped:
+            self.metrics.events_quarantined.labels(reason=UNSTORABLE).inc(moved + dropped)
+        self.spool.release(ready)
+        logger.error(
+            "event file %s cannot be stored (%s): %d events moved to the quarantine file %s%s; "
+            "the file was removed from the spool",
+            ready.path,
+            problem,
+            moved,
+            self.quarantine.path,
+            f", {dropped} more dropped (quarantine full)" if dropped else "",
+        )
 
     def _key(self, ready: ReadyFile, node: str) -> str:
         name = event_file_name(node, ready.opened_ns, compressed=ready.compressed)
@@ -191,3 +232,18 @@ class EventUploader:
             logger.warning("event upload postponed %.0fs: %s", delay, reason)
             self._last_error = reason
         self._push(ready, failures, delay)
+
+
+def _line_chunks(path: Path) -> Iterator[list[bytes]]:
+    """A spool file's lines (gzip or plain), a bounded number at a time."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as fh:
+        chunk: list[bytes] = []
+        for line in fh:
+            if line.strip():
+                chunk.append(line.rstrip(b"\n"))
+            if len(chunk) >= _CHUNK_LINES:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk

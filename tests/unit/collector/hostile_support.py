@@ -62,6 +62,7 @@ def served(
     limits: ServerLimits | None = None,
     max_request_size: int = 1 << 20,
     fsync: bool = True,
+    body_budget: int | None = None,
     **spool_options: int,
 ) -> Iterator[Served]:
     ready: list[ReadyFile] = []
@@ -72,6 +73,7 @@ def served(
     receiver = EventReceiver(
         spool=spool, quarantine=Quarantine(tmp / "spool" / "quarantine.jsonl"), metrics=CollectorMetrics(),
         max_disk=1 << 34, max_request_size=max_request_size, fallback_node=lambda: NODE, limits=limits,
+        **({} if body_budget is None else {"body_budget": body_budget}),
     )  # fmt: skip
     server = receiver.make_server("127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

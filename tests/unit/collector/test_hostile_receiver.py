@@ -170,3 +170,74 @@ def test_probes_are_answered_while_every_connection_is_taken(tmp_path: Path) -> 
         time.sleep(0.2)
         ok = post(srv.port, BATCH)
         assert ok is not None and ok.status == 200
+
+
+# ------------------------------------------------------- memory across connections
+def test_bodies_held_at_once_are_bounded_by_the_body_budget(tmp_path: Path) -> None:
+    """Each connection used to buffer its whole body before the write lock, so a few
+    clients sending large bodies at once held hundreds of MiB in a 256Mi sidecar. A
+    body's length is reserved from one budget before it is read: past it, 503 at once
+    (nothing read), and the bytes come back once the reply is sent."""
+    size = 1 << 20
+    with served(tmp_path, max_request_size=size, body_budget=2 * size) as srv:
+        stalled = []
+        try:
+            for _ in range(2):  # together they hold the whole budget
+                sock = connect(srv.port)
+                sock.sendall(post_head(str(size)) + b"[")
+                stalled.append(sock)
+            time.sleep(0.3)
+            refused = request(srv.port, post_head(str(size)) + b"[")
+            assert refused is not None and refused.status == 503, refused
+            assert refused.headers["retry-after"] == "1"
+            assert refused.headers["content-type"] == "application/json"
+            assert refused.headers["connection"] == "close"
+            assert "budget" in str(refused.json()["error"])
+            stalled[0].sendall(b" " * (size - 2) + b"]")  # one finishes and is answered
+            done = read_answer(stalled[0])
+            assert done is not None and done.status == 200
+        finally:
+            for sock in stalled:
+                sock.close()
+        time.sleep(0.3)  # the closed one's handler gives its bytes back too
+        ok = post(srv.port, BATCH)
+        assert ok is not None and ok.status == 200
+
+
+def test_the_default_request_size_and_body_budget_fit_the_sidecar() -> None:
+    """The bodies held at once plus the one batch being written (its lines and the
+    joined write, about twice its body) within half the sidecar's 256Mi limit; the
+    other half is the interpreter, the storage client and the log shipper."""
+    from runtime.collector.config import CollectorConfig
+    from runtime.collector.events.receiver import DEFAULT_BODY_BUDGET
+
+    largest = CollectorConfig.max_request_size
+    budget = max(DEFAULT_BODY_BUDGET, largest)
+    assert budget + 2 * largest <= 128 * 1024 * 1024
+    assert largest >= 8 * 1024 * 1024  # Ray's largest batch: 1000 events of up to ~8 KiB
+
+
+# ------------------------------------------------------------- JSON refusals (#3)
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"PUT /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n[]", 501),
+        (b"POST /v1/events HTTP/2.0\r\nHost: x\r\n\r\n", 505),
+        (b"POST /v1/events HTTP/1.1\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(150)) + b"\r\n", 431),
+        (b"POST /v1/events HTTP/1.1\r\nX: " + b"a" * 70000 + b"\r\n\r\n", 431),
+        (b"POST /v1/events HTTP/x.y\r\n\r\n", 400),
+        (b"BREW\r\n\r\n", 400),
+        (b"G" * 70000 + b"\r\n\r\n", 414),
+    ],
+    ids=["method", "version", "header-count", "header-length", "bad-version", "bad-line", "line-length"],
+)
+def test_the_http_servers_own_refusals_are_json(tmp_path: Path, raw: bytes, status: int) -> None:
+    """http.server answered these itself with its HTML error page, and a malformed
+    request line got no status line at all (answered as HTTP/0.9)."""
+    with served(tmp_path) as srv:
+        answer = request(srv.port, raw)
+    assert answer is not None, "no HTTP answer"
+    assert answer.status == status, (answer.status, answer.body[:200])
+    assert answer.headers["content-type"] == "application/json", answer.body[:200]
+    assert answer.headers["connection"] == "close"
+    assert answer.json()["error"]

@@ -186,3 +186,87 @@ def test_real_batches_report_each_finished_job() -> None:
     lifecycle = [e for e in all_events() if e.get("eventType") == "DRIVER_JOB_LIFECYCLE_EVENT"]
     states = [t["state"] for e in lifecycle for t in e["driverJobLifecycleEvent"]["stateTransitions"]]  # type: ignore[index]
     assert finished == states.count("FINISHED") > 0
+
+
+def test_decoding_a_batch_costs_little_more_than_its_lines() -> None:
+    """A whole batch decoded at once held every event as Python objects, and orjson
+    gave each serialised line a ~4 KiB buffer: a 60 MiB batch of small events peaked
+    above 1 GiB in a sidecar limited to 256Mi. Now: the lines and one event."""
+    import tracemalloc
+
+    one = orjson.dumps({**event(), "x": "y" * 100})
+    body = b"[" + b",".join([one] * ((8 << 20) // (len(one) + 1))) + b"]"
+    tracemalloc.start()
+    try:
+        batch = parse_batch(body)
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert batch.accepted > 20000 and not batch.rejected
+    assert peak < 1.5 * len(body), f"decoding an {len(body) >> 20} MiB batch peaked at {peak >> 20} MiB"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b' \n[ {"a": "x,]}", "b": [1, {"c": "\\"]"}]}, 3, "s,", null, [] ] \n',
+        b"[]",
+        b"[ ]",
+        b"[[]]",
+        b"[1,]",
+        b"[,1]",
+        b"[1]x",
+        b"[1}",
+        b"[{]}",
+        b'["a]',
+        b"[1 2]",
+        b"[1,,2]",
+        b'["\\ud800"]',
+        b"[NaN]",
+        b"[\xff]",
+        b"[18446744073709551616]",
+    ],
+)
+def test_the_array_is_read_exactly_as_a_whole_body_decode_would(body: bytes) -> None:
+    """Events are decoded one at a time; what is accepted or refused is unchanged."""
+    from runtime.collector.events.parse import _decode, _elements
+
+    try:
+        whole: object = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        whole = BatchRejected
+    try:
+        piecewise: object = [_decode(element) for element in _elements(body)]
+    except BatchRejected:
+        piecewise = BatchRejected
+    assert piecewise == whole
+
+
+@pytest.mark.parametrize(
+    ("job", "filed"),
+    [
+        ("job." + "x" * 124, "job." + "x" * 124),  # the longest a storage key holds
+        ("job." + "x" * 125, None),
+        ("job." + "x" * 150, None),  # safe characters, but no key can hold it
+        ("j" * 172, None),  # base64 of 129 bytes: 258 hex digits
+        ("AgAAAA==", "02000000"),  # base64, as Ray sends it
+        ("..", None),
+        ("a/b", None),
+    ],
+)
+def test_a_job_id_is_filed_only_when_a_storage_key_can_hold_it(job: str, filed: str | None) -> None:
+    """The parser took job IDs of up to 255 characters, the key layout 128: such a
+    batch got 200 and its file could never be uploaded. Now one rule (the layout's):
+    an unusable job ID files the event under node_events, as an unsafe one always did."""
+    from runtime.storage.errors import InvalidKeyError
+    from runtime.storage.layout import validate_job_id
+
+    item = event(eventType="DRIVER_JOB_DEFINITION_EVENT", driverJobDefinitionEvent={"jobId": job})
+    assert job_of(item) == filed
+    try:
+        expected: str | None = validate_job_id(job)
+    except InvalidKeyError:
+        expected = None
+    assert filed == expected
+    [(target, _line)] = lines_of(parse_batch(orjson.dumps([item])))
+    assert target.job == filed

@@ -40,12 +40,13 @@ class Pipeline:
             tmp / "spool", "raycluster-hs_default", max_file_size=1 << 20, rotation_interval=300, fsync=True,
             on_ready=lambda r: self.uploader.submit(r),  # noqa: PLW0108 - uploader is built below
         )  # fmt: skip
+        self.quarantine = Quarantine(tmp / "spool" / "quarantine.jsonl")
         self.uploader = EventUploader(
             store=self.store, layout=self.layout, cluster=CLUSTER, spool=self.spool, node_id=lambda: self.node,
-            metrics=self.metrics, compression=compression,
+            metrics=self.metrics, quarantine=self.quarantine, compression=compression,
         )  # fmt: skip
         self.receiver = EventReceiver(
-            spool=self.spool, quarantine=Quarantine(tmp / "spool" / "quarantine.jsonl"), metrics=self.metrics,
+            spool=self.spool, quarantine=self.quarantine, metrics=self.metrics,
             max_disk=max_disk, max_request_size=1 << 20, fallback_node=lambda: self.node,
         )  # fmt: skip
 
@@ -218,3 +219,30 @@ def _finishes_a_job(event: dict[str, Any]) -> bool:
     if event.get("eventType") != "DRIVER_JOB_LIFECYCLE_EVENT":
         return False
     return any(t["state"] == "FINISHED" for t in event["driverJobLifecycleEvent"]["stateTransitions"])
+
+
+def test_a_spool_file_no_key_can_hold_is_quarantined_and_released(make_client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Such a file (spooled under a job ID the key layout refuses, e.g. by a version
+    whose parser was looser) used to stay in the spool for good, across restarts too,
+    holding its bytes until the budget's pressure refused every batch."""
+    pipeline, client = make_client(node="c" * 56)
+    bad_job = "job." + "x" * 150  # 154 safe characters: over the layout's 128
+    lines = [orjson.dumps({"eventId": f"e{i}", "sessionName": SESSION}) for i in range(3)]
+    spooled = pipeline.spool.dir / SESSION / ("c" * 56) / "job_events" / bad_job / "1795712111623317972.jsonl"
+    spooled.parent.mkdir(parents=True)
+    spooled.write_bytes(b"\n".join(lines) + b"\n")
+    ready = pipeline.spool.resume()  # as the next process finds it
+    assert len(ready) == 1 and pipeline.spool.used_bytes > 0
+    for item in ready:
+        pipeline.uploader.submit(item)
+    pipeline.uploader.start()
+    assert pipeline.uploader.drain(time.monotonic() + 10)
+    assert not spooled.exists() and pipeline.spool.used_bytes == 0 and pipeline.spool.file_count == 0
+    assert pipeline.uploaded() == []
+    quarantined = [orjson.loads(line) for line in pipeline.quarantine.path.read_bytes().splitlines()]
+    assert [q["reason"] for q in quarantined] == ["unstorable_key"] * 3
+    assert [orjson.loads(q["event"])["eventId"] for q in quarantined] == ["e0", "e1", "e2"]
+    assert pipeline.counter("ray_history_collector_events_quarantined_total", reason="unstorable_key") == 3
+    # and the spool takes batches again
+    good = {"eventId": "g", "eventType": "NODE_DEFINITION_EVENT", "timestamp": "2026-11-22T01:59:00Z"}
+    assert client.post("/v1/events", data=orjson.dumps([{**good, "sessionName": SESSION}])).status_code == 200

@@ -23,6 +23,7 @@ from runtime.collector.config import CollectorConfig
 from runtime.storage.config import StorageConfig
 from runtime.storage.layout import is_event_file_name
 from runtime.storage.local import LocalStore
+from tests.unit.collector.hostile_support import connect, event, post_head, read_answer
 from tests.unit.collector.log_support import CLUSTER, NODE_A, SESSION_A, FlakyStore, make_session, point_latest
 from tests.unit.collector.samples import accepted_batches
 
@@ -146,3 +147,86 @@ def test_exit_leaves_a_non_daemon_thread_behind() -> None:
 def test_exit_returns_the_code_when_all_is_done() -> None:
     done = run_exit("sys.exit(exit_leaving_blocked_threads(3, work_left=False))\n")
     assert done.returncode == 3 and done.stdout == "shipped\n" and done.stderr == "", done.stderr
+
+
+def _worker_collector(tmp_path: Path) -> Collector:
+    """A worker's collector (no logs, no snapshots): only the event path runs."""
+    ray_root = tmp_path / "ray"
+    ray_root.mkdir()
+    (ray_root / "raylet_node_id").write_text(NODE_A)
+    (tmp_path / "bucket").mkdir()
+    cfg = CollectorConfig(
+        role="Worker",
+        cluster=CLUSTER,
+        storage=StorageConfig(backend="local", local_dir=str(tmp_path / "bucket")),
+        events_host="127.0.0.1",
+        events_port=0,
+        ray_tmp_root=ray_root,
+        event_data_dir=tmp_path / "spool",
+        enable_log_collector=False,
+        shutdown_deadline=5.0,  # the in-flight wait is then min(2, 5/4) = 1.25 s
+    )
+    return Collector(cfg, LocalStore(tmp_path / "bucket"))
+
+
+def _held_drain(collector: Collector) -> tuple[threading.Event, threading.Event]:
+    """Hold the final upload (as slow storage does) until ``release`` is set; returns
+    (drain started, release)."""
+    started, release = threading.Event(), threading.Event()
+    original = collector.uploader.drain
+
+    def held(deadline: float) -> bool:
+        started.set()
+        release.wait(5)
+        return original(deadline)
+
+    collector.uploader.drain = held  # type: ignore[method-assign]
+    return started, release
+
+
+def test_a_body_completing_after_the_final_rotation_is_refused_not_acknowledged(tmp_path: Path) -> None:
+    """Headers came before SIGTERM, the rest of the body after the spool's final
+    rotation: a 200 would name a file this shutdown never uploads, so 503 (Ray retries)."""
+    collector = _worker_collector(tmp_path)
+    drain_started, release = _held_drain(collector)
+    stop = threading.Event()
+    thread, reports = run_in_thread(collector, stop)
+    body = orjson.dumps([event()])
+    with connect(collector.bound_port) as sock:
+        sock.sendall(post_head(str(len(body))) + body[:10])  # admitted: not draining yet
+        time.sleep(0.3)
+        stop.set()  # SIGTERM
+        assert drain_started.wait(10), "the final upload never started"
+        sock.sendall(body[10:])
+        answer = read_answer(sock)
+    release.set()
+    thread.join(15)
+    assert answer is not None
+    assert answer.status == 503, (answer.status, answer.body)
+    assert answer.headers.get("retry-after") and answer.headers["content-type"] == "application/json"
+    assert "shutting down" in str(answer.json()["error"])
+    assert answer.headers.get("connection") == "close"
+    assert reports and reports[0].events_uploaded
+    assert not spooled(tmp_path), "a refused batch was written anyway"
+
+
+def test_a_body_completing_while_the_shutdown_waits_is_acknowledged_and_uploaded(tmp_path: Path) -> None:
+    """A request counts as in flight from its headers, not from its body: the
+    shutdown waits for it, and its batch goes out with the final upload."""
+    collector = _worker_collector(tmp_path)
+    stop = threading.Event()
+    thread, reports = run_in_thread(collector, stop)
+    body = orjson.dumps([event()])
+    with connect(collector.bound_port) as sock:
+        sock.sendall(post_head(str(len(body))) + body[:10])
+        time.sleep(0.3)
+        stop.set()  # SIGTERM
+        time.sleep(0.3)  # well inside the shutdown's wait for in-flight requests
+        sock.sendall(body[10:])
+        answer = read_answer(sock)
+    thread.join(15)
+    assert answer is not None and answer.status == 200, answer
+    assert reports and reports[0].events_uploaded
+    assert not spooled(tmp_path), "acknowledged during the shutdown but left on local disk"
+    stored = [p for p in (tmp_path / "bucket").rglob("*") if p.is_file() and is_event_file_name(p.name)]
+    assert len(stored) == 1
