@@ -74,6 +74,8 @@ def read_access(s: _Section) -> ServerAccess:
         ingress_from=tuple(namespaces),
         ingress=ingress,
         read_ray_tokens=s.get("readRayTokens", bool, False),
+        username_prefix=s.get("usernamePrefix", str, ""),
+        groups_prefix=s.get("groupsPrefix", str, ""),
     )
     try:
         access.validate()

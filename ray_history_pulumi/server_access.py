@@ -83,6 +83,9 @@ class ServerAccess:
         read_ray_tokens: let the server read Secrets in the workload namespaces (a Role per
             namespace, never cluster-wide) to pass live clusters' Ray auth tokens
             (KubeRay ``authOptions.mode: token``) to their dashboards.
+        username_prefix: put before the user names an identity provider gives (``oidc``,
+            ``trusted-header``) before they are authorized (``--oidc-username-prefix``, e.g. ``oidc:``).
+        groups_prefix: the same for its groups (``--oidc-groups-prefix``).
     """
 
     modes: tuple[str, ...] = ("kubernetes",)
@@ -94,6 +97,8 @@ class ServerAccess:
     ingress_from: tuple[str, ...] = field(default_factory=tuple)
     ingress: HistoryServerIngress | None = None
     read_ray_tokens: bool = False
+    username_prefix: str = ""
+    groups_prefix: str = ""
 
     def validate(self) -> None:
         for mode in self.modes:
@@ -121,6 +126,14 @@ class ServerAccess:
             raise ValueError(f"access.oidc.redirect_url: must be on the Ingress host https://{self.ingress.host}/")
         if self.front_door is not None and self.front_door.kind not in ("iap", "alb"):
             raise ValueError(f"access.front_door.kind: {self.front_door.kind!r} is not iap or alb")
+        self._validate_prefixes()
+
+    def _validate_prefixes(self) -> None:
+        for name, prefix in (("username_prefix", self.username_prefix), ("groups_prefix", self.groups_prefix)):
+            if prefix and self.oidc is None and self.front_door is None:
+                raise ValueError(f"access.{name}: applies to identity-provider names: set oidc or front_door")
+            if prefix.startswith("system:") or any(c.isspace() or not c.isprintable() for c in prefix):
+                raise ValueError(f"access.{name}: {prefix!r} may not start with system: or hold spaces")
 
     @property
     def uses_kubernetes(self) -> bool:
@@ -143,6 +156,10 @@ class ServerAccess:
                 f"--oidc-redirect-url={self.oidc.redirect_url}",
                 f"--oidc-groups-claim={self.oidc.groups_claim}",
             ]
+        if self.username_prefix:
+            args.append(f"--oidc-username-prefix={self.username_prefix}")
+        if self.groups_prefix:
+            args.append(f"--oidc-groups-prefix={self.groups_prefix}")
         door = self.front_door
         if door is not None and door.ready:
             args.append(f"--trusted-header={door.kind}")

@@ -6,7 +6,9 @@
   reveal nothing).
 * **Leading slashes**: ``//select_cluster`` would serve the picker with a base of
   ``//`` (relative URLs then resolve against another path); every path starting
-  with more than one slash is redirected (308) to the single-slash one.
+  with more than one slash is redirected (308) to the single-slash one. The redirect
+  carries no data, and is marked so (:func:`no_data_response`): with access control on,
+  the gate's fail-closed check would otherwise turn it into a 503.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from urllib.parse import quote
 
 from flask import Flask, Response, request
 
+from runtime.server.auth.gate import no_data_response
 from runtime.server.errors import json_error
 from runtime.server.hosts import HostPolicy
 
@@ -54,4 +57,5 @@ def _single_slash_redirect(path: str) -> Response:
     if query:
         location += "?" + quote(query, safe=_PATH_SAFE + "?%")
     response = json_error(308, f"moved to {location}", {"Location": location, "Cache-Control": "no-store"})
-    return response
+    # Answered before authentication: no view ran, the body names only the target.
+    return no_data_response(response)

@@ -136,7 +136,14 @@ def _auth(
 ) -> tuple[AuthConfig, OidcSettings | None, FrontDoorSettings | None]:
     """``--auth``/``--authz`` and the settings of the authenticators they name (exit 2 naming the flag)."""
     try:
-        auth = parse_auth(ss.AUTH.read(args, env), ss.AUTHZ.read(args, env), args.authz_resource, args.authz_policy)
+        auth = parse_auth(
+            ss.AUTH.read(args, env),
+            ss.AUTHZ.read(args, env),
+            args.authz_resource,
+            args.authz_policy,
+            username_prefix=ss.OIDC_USERNAME_PREFIX.read(args, env),
+            groups_prefix=ss.OIDC_GROUPS_PREFIX.read(args, env),
+        )
         oidc_flags = (ss.OIDC_ISSUER, ss.OIDC_CLIENT_ID, ss.OIDC_CLIENT_SECRET_FILE, ss.OIDC_REDIRECT_URL)
         oidc = None
         if "oidc" in auth.modes:

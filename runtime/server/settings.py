@@ -291,6 +291,15 @@ OIDC_COOKIE_KEY_FILE = _opt(
     "`--auth oidc`: secrets (one per line, newest first) sealing the login cookie; every replica needs the same",
     "derived from the client secret",
 )
+OIDC_USERNAME_PREFIX = _opt(
+    "--oidc-username-prefix",
+    "`oidc`, `trusted-header`: put before the identity provider's user name before it is authorized "
+    "(as kube-apiserver's flag: e.g. `oidc:`; names starting `system:` are refused either way)",
+    "none",
+)
+OIDC_GROUPS_PREFIX = _opt(
+    "--oidc-groups-prefix", "`oidc`, `trusted-header`: put before each of the identity provider's groups", "none"
+)
 TRUSTED_HEADER = _opt("--trusted-header", "`--auth trusted-header`: the front door, `iap` (GKE) or `alb` (AWS)")
 IAP_AUDIENCE = _opt("--iap-audience", "`iap`: the expected audience (`/projects/NUMBER/global/backendServices/ID`)")
 IAP_JWKS_URL = _opt("--iap-jwks-url", "`iap`: where Google's signing keys are", "Google's")
@@ -346,6 +355,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     LIVE_CLUSTERS, KUBERNETES, KUBECONFIG, KUBECONFIGS, CLUSTER_DOMAIN, PROXY_TIMEOUT, MAX_LIVE_STREAMS,
     AUTH, AUTHZ, AUTHZ_RESOURCE, AUTHZ_POLICY,
     OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET_FILE, OIDC_GROUPS_CLAIM, OIDC_REDIRECT_URL, OIDC_COOKIE_KEY_FILE,
+    OIDC_USERNAME_PREFIX, OIDC_GROUPS_PREFIX,
     TRUSTED_HEADER, IAP_AUDIENCE, IAP_JWKS_URL, ALB_ARN, ALB_REGION, ALB_KEY_URL, TRUSTED_HEADER_GROUPS_CLAIM,
     PROMETHEUS_URL, GRAFANA_URL, GRAFANA_DASHBOARD_UIDS, PROMETHEUS_DATASOURCE, GRAFANA_ORG_ID,
     GRAFANA_TOKEN_FILE, GRAFANA_BASIC_AUTH_FILE,

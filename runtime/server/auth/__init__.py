@@ -20,6 +20,7 @@ from runtime.server.auth.gate import (
     Authorizer,
     authorize,
     install,
+    no_data_response,
     no_namespace_data,
     readable_namespaces,
 )
@@ -33,6 +34,7 @@ from runtime.server.auth.model import (
     UnauthenticatedError,
 )
 from runtime.server.auth.oidc_settings import OidcSettings, parse_oidc
+from runtime.server.auth.provider_names import ProviderNames
 from runtime.server.auth.static_policy import StaticPolicy
 
 __all__ = [
@@ -47,11 +49,13 @@ __all__ = [
     "FrontDoorSettings",
     "Identity",
     "OidcSettings",
+    "ProviderNames",
     "ResourceCheck",
     "UnauthenticatedError",
     "authorize",
     "build_access_control",
     "install",
+    "no_data_response",
     "no_namespace_data",
     "parse_auth",
     "parse_front_door",
@@ -114,4 +118,6 @@ def build_access_control(
         authorizer = StaticPolicy(config.policy_file)
     else:  # parse_auth never lets an authenticated server through without an authorizer
         raise ValueError(f"--authz: {config.authz!r} cannot be used with --auth {','.join(config.modes)}")
-    return AccessControl(authenticators=tuple(authenticators), authorizer=authorizer, **login)
+    return AccessControl(
+        authenticators=tuple(authenticators), authorizer=authorizer, provider_names=config.provider_names, **login
+    )

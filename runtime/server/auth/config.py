@@ -11,12 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runtime.server.auth.kubernetes import ResourceCheck
+from runtime.server.auth.provider_names import ProviderNames, parse_prefix
 
 #: Implemented authenticators (#16). ``oidc`` needs the ``--oidc-*`` flags too
 #: (:func:`runtime.server.auth.oidc_settings.parse_oidc`), ``trusted-header`` the
 #: ``--trusted-header`` ones (:func:`runtime.server.auth.front_door_settings.parse_front_door`).
 AUTH_MODES = ("none", "kubernetes", "oidc", "trusted-header")
 AUTHZ_MODES = ("none", "kubernetes", "static")
+#: The authenticators whose names come from an identity provider (the prefixes apply to them).
+PROVIDER_MODES = ("oidc", "trusted-header")
 
 
 @dataclass(frozen=True)
@@ -28,19 +31,29 @@ class AuthConfig:
         authz: ``none``, ``kubernetes`` (SubjectAccessReview) or ``static`` (policy file).
         resource: what "may read a namespace" means for ``kubernetes`` authorization.
         policy_file: the ``static`` policy.
+        provider_names: the prefixes put before identity-provider names (``--oidc-*-prefix``).
     """
 
     modes: tuple[str, ...] = ("none",)
     authz: str = "none"
     resource: ResourceCheck = field(default_factory=ResourceCheck)
     policy_file: Path | None = None
+    provider_names: ProviderNames = field(default_factory=ProviderNames)
 
     @property
     def enabled(self) -> bool:
         return self.modes != ("none",)
 
 
-def parse_auth(auth: str, authz: str, resource: str | None = None, policy_file: str | None = None) -> AuthConfig:
+def parse_auth(
+    auth: str,
+    authz: str,
+    resource: str | None = None,
+    policy_file: str | None = None,
+    *,
+    username_prefix: str | None = None,
+    groups_prefix: str | None = None,
+) -> AuthConfig:
     """Validate the flags' values; ValueError naming the flag otherwise."""
     modes = tuple(part.strip() for part in (auth or "none").split(",") if part.strip()) or ("none",)
     for mode in modes:
@@ -65,4 +78,18 @@ def parse_auth(auth: str, authz: str, resource: str | None = None, policy_file: 
         check = ResourceCheck.parse(resource) if resource else ResourceCheck()
     except ValueError as error:
         raise ValueError(f"--authz-resource: {error}") from None
-    return AuthConfig(modes=modes, authz=chosen, resource=check, policy_file=Path(policy_file) if policy_file else None)
+    prefixes = {"--oidc-username-prefix": username_prefix, "--oidc-groups-prefix": groups_prefix}
+    for flag, value in prefixes.items():
+        if value and not set(modes) & set(PROVIDER_MODES):
+            raise ValueError(f"{flag}: only used with --auth {' or '.join(PROVIDER_MODES)}")
+    names = ProviderNames(
+        username_prefix=parse_prefix("--oidc-username-prefix", username_prefix),
+        groups_prefix=parse_prefix("--oidc-groups-prefix", groups_prefix),
+    )
+    return AuthConfig(
+        modes=modes,
+        authz=chosen,
+        resource=check,
+        policy_file=Path(policy_file) if policy_file else None,
+        provider_names=names,
+    )

@@ -8,9 +8,14 @@
   the live proxy, the namespace the selection cookies name. One place, so a route added
   later is checked without doing anything. Listings (``/clusters``) filter with
   :func:`readable_namespaces`. Each decision is one audit line.
+* An identity from an identity provider (OIDC, IAP, ALB: anything but a Kubernetes
+  TokenReview) goes through :class:`ProviderNames` first: ``system:`` names are refused
+  (403) and ``--oidc-username-prefix`` / ``--oidc-groups-prefix`` are applied, so every
+  authorizer sees the prefixed names.
 * ``after_request`` fails closed: a successful answer from a route that is neither
-  namespace-free nor made a decision is replaced by a 500, so a route added later
-  without a check can never leak.
+  namespace-free nor made a decision is replaced by a 503, so a route added later
+  without a check can never leak. The one exception is an answer marked with
+  :func:`no_data_response` (a guard's redirect, answered before any view ran).
 
 Selection cookies only *select* a session; the namespace they name is authorized on
 every request like any other.
@@ -20,19 +25,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from flask import Blueprint, Flask, Response, g, jsonify, request
 
 from runtime.server.auth.model import (
     ANONYMOUS,
+    VIA_KUBERNETES,
     AuthError,
     AuthUnavailableError,
     ForbiddenError,
     Identity,
     UnauthenticatedError,
 )
+from runtime.server.auth.provider_names import ProviderNames
 
 logger = logging.getLogger(__name__)
 audit_logger = logging.getLogger("runtime.server.audit")
@@ -85,13 +92,15 @@ class AllowAll:
 class AccessControl:
     """What ``create_app`` installs: the authenticators in order, the authorizer, the
     login URL browsers without credentials are sent to (OIDC), if any, with the function
-    that redirects them there, and the blueprints serving login / logout."""
+    that redirects them there, the blueprints serving login / logout, and what is done to
+    identity-provider names before they are authorized."""
 
     authenticators: tuple[Authenticator, ...]
     authorizer: Authorizer
     login_url: str | None = None
     redirect: Callable[[str], Response] | None = None
     blueprints: tuple[Blueprint, ...] = ()
+    provider_names: ProviderNames = field(default_factory=ProviderNames)
 
     @property
     def enabled(self) -> bool:
@@ -199,7 +208,9 @@ def install(app: Flask, control: AccessControl, redirect: Callable[[str], Respon
         for authenticator in control.authenticators:
             found = authenticator.identify()
             if found is not None:
-                g.identity = found
+                # Only TokenReview names are Kubernetes' own; every other name came from an
+                # identity provider and must not pass for a Kubernetes user (system:masters).
+                g.identity = found if found.via == VIA_KUBERNETES else control.provider_names.apply(found)
                 break
         else:
             if control.login_url and redirect is not None and _wants_html():
@@ -221,6 +232,7 @@ def install(app: Flask, control: AccessControl, redirect: Callable[[str], Respon
             and endpoint not in NAMESPACE_FREE_ENDPOINTS
             and not g.get("auth_decided", False)
             and not g.get("auth_no_data", False)
+            and g.get("auth_no_data_response") is not response
         ):
             logger.error("route %s answered without an access decision: refused", endpoint)
             return _refusal(AuthUnavailableError("internal error: this route made no access decision"))
@@ -253,3 +265,13 @@ def requested_namespace() -> tuple[str, str, str] | None:
 def no_namespace_data() -> None:
     """Mark this answer as carrying no namespace's data (a UI file from the catch-all route)."""
     g.auth_no_data = True
+
+
+def no_data_response(response: Response) -> Response:
+    """Mark ``response``, built before any view ran (a guard's redirect), as carrying no data.
+
+    Only this very response object is exempt from the fail-closed check: should a later hook
+    replace it, the replacement is checked like any other answer.
+    """
+    g.auth_no_data_response = response
+    return response

@@ -5,6 +5,9 @@ Both go through the API client the server already uses for RayCluster discovery
 ``tokenreviews.authentication.k8s.io`` and ``subjectaccessreviews.authorization.k8s.io``.
 Positive token reviews are cached by a SHA-256 of the token (never the token) for the
 token's remaining lifetime, at most 5 minutes; access decisions for at most 60 seconds.
+The SubjectAccessReview carries the whole user the TokenReview returned -- name, groups,
+uid and extra (e.g. OpenShift's token scopes) -- as Kubernetes' own delegated authorizers
+do, so a scoped token is never authorized as its unscoped user.
 Any failure to ask is :class:`AuthUnavailableError` (503), never an allow.
 """
 
@@ -18,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.server.auth.model import AuthUnavailableError, Identity
+from runtime.server.auth.model import VIA_KUBERNETES, AuthUnavailableError, Identity, extra_of
 from runtime.server.auth.ttl_cache import TtlCache
 
 logger = logging.getLogger(__name__)
@@ -68,6 +71,13 @@ def token_lifetime(token: str, now: float) -> float:
     return min(TOKEN_CACHE_SECONDS, expires - now)
 
 
+def subject_digest(who: Identity) -> str:
+    """A SHA-256 of ``who``'s uid and extra for the decision cache key: two tokens of one user
+    with different scopes are decided (and cached) apart, and no scope value is kept as is."""
+    document = json.dumps([who.uid, who.extra], separators=(",", ":"))
+    return hashlib.sha256(document.encode()).hexdigest()
+
+
 def _unavailable(what: str, error: Exception) -> AuthUnavailableError:
     status = getattr(error, "status", None)
     if status in (401, 403):
@@ -89,7 +99,7 @@ class KubernetesReviews:
         self._models = kclient
         self.check = check or ResourceCheck()
         self._tokens: TtlCache[str, Identity] = TtlCache()
-        self._decisions: TtlCache[tuple[str, tuple[str, ...], str], bool] = TtlCache()
+        self._decisions: TtlCache[tuple[str, tuple[str, ...], str, str], bool] = TtlCache()
 
     def identity(self, token: str) -> Identity | None:
         """The token's user, or None when the API server does not authenticate it."""
@@ -106,15 +116,22 @@ class KubernetesReviews:
         except Exception as error:  # every client, transport and decoding error: fail closed
             raise _unavailable("tokenreviews.authentication.k8s.io", error) from None
         status = review.status
-        if status is None or not status.authenticated or status.user is None or not status.user.username:
+        user = status.user if status is not None and status.authenticated else None
+        if user is None or not user.username:
             return None
-        found = Identity(user=status.user.username, groups=tuple(status.user.groups or ()), via="kubernetes")
+        found = Identity(
+            user=user.username,
+            groups=tuple(user.groups or ()),
+            via=VIA_KUBERNETES,
+            uid=user.uid or "",
+            extra=extra_of(user.extra),
+        )
         self._tokens.put(key, found, token_lifetime(token, time.time()))
         return found
 
     def may_read(self, who: Identity, namespace: str) -> bool:
         """Whether ``who`` may ``verb`` the configured resource in ``namespace``."""
-        key = (who.user, who.groups, namespace)
+        key = (who.user, who.groups, subject_digest(who), namespace)
         cached = self._decisions.get(key)
         if cached is not None:
             return cached
@@ -125,7 +142,13 @@ class KubernetesReviews:
         body = k.V1SubjectAccessReview(
             api_version="authorization.k8s.io/v1",
             kind="SubjectAccessReview",
-            spec=k.V1SubjectAccessReviewSpec(user=who.user, groups=list(who.groups), resource_attributes=attributes),
+            spec=k.V1SubjectAccessReviewSpec(
+                user=who.user,
+                groups=list(who.groups),
+                uid=who.uid or None,
+                extra=who.extra_dict() or None,
+                resource_attributes=attributes,
+            ),
         )
         try:
             review = self._authz.create_subject_access_review(body, _request_timeout=REQUEST_TIMEOUT)

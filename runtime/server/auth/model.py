@@ -7,7 +7,15 @@ provider or JWKS unreachable, a malformed answer) is :class:`AuthUnavailableErro
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+#: ``via`` of an identity the Kubernetes API established (TokenReview): its names are
+#: Kubernetes' own. Every other authenticated identity comes from an identity provider.
+VIA_KUBERNETES = "kubernetes"
+
+#: ``Identity.extra``: sorted keys, each with its values, hashable (the decision cache keys on it).
+Extra = tuple[tuple[str, tuple[str, ...]], ...]
 
 
 @dataclass(frozen=True)
@@ -16,14 +24,29 @@ class Identity:
 
     Attributes:
         user: the user name Kubernetes RBAC knows (TokenReview's ``user.username``,
-            the OIDC / IAP / ALB e-mail or subject).
-        groups: its groups (RBAC groups, the OIDC groups claim).
+            the OIDC / IAP / ALB e-mail or subject, with ``--oidc-username-prefix``).
+        groups: its groups (RBAC groups, the OIDC groups claim, with ``--oidc-groups-prefix``).
         via: the authenticator that established it (``kubernetes``, ``oidc``, ``iap``, ``alb``, ``none``).
+        uid: TokenReview's ``user.uid`` ("" for other authenticators).
+        extra: TokenReview's ``user.extra`` (e.g. OpenShift token scopes), see :func:`extra_of`.
     """
 
     user: str
     groups: tuple[str, ...] = ()
     via: str = "none"
+    uid: str = ""
+    extra: Extra = ()
+
+    def extra_dict(self) -> dict[str, list[str]]:
+        """``extra`` in the shape of a SubjectAccessReview's ``spec.extra``."""
+        return {key: list(values) for key, values in self.extra}
+
+
+def extra_of(raw: Mapping[str, Sequence[str] | None] | None) -> Extra:
+    """A TokenReview's ``user.extra`` as :attr:`Identity.extra` (keys sorted, values kept in order)."""
+    if not raw:
+        return ()
+    return tuple((str(key), tuple(str(value) for value in (raw[key] or ()))) for key in sorted(raw))
 
 
 #: The caller of a server started with ``--auth none`` (the local quickstart).

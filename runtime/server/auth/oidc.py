@@ -41,12 +41,13 @@ LOGOUT_URL = "/logout"
 MAX_NEXT = 2048
 #: A login shorter than this is refused (already expired, accepted only within the clock leeway).
 MIN_SESSION = 1
-_SAFE_PATH = re.compile(r"^/(?![/\\])[^\x00-\x1f\x7f\\]*$")
+#: Matched with ``fullmatch``: ``$`` would also match before a trailing newline ("/x\n").
+_SAFE_PATH = re.compile(r"/(?![/\\])[^\x00-\x1f\x7f\\]*")
 
 
 def safe_next(value: str | None) -> str:
     """``value`` if it is a path on this server, else ``/`` (no open redirect)."""
-    if not value or len(value) > MAX_NEXT or not _SAFE_PATH.match(value):
+    if not value or len(value) > MAX_NEXT or not _SAFE_PATH.fullmatch(value):
         return "/"
     parts = urlsplit(value)
     if parts.scheme or parts.netloc:
@@ -63,9 +64,13 @@ def login_redirect(login_url: str) -> Response:
 
 
 def identity_from_claims(claims: dict[str, Any], groups_claim: str) -> Identity:
-    """User: the e-mail (unless the provider says it is unverified), else the subject."""
+    """User: the e-mail (unless the provider says it is unverified), else the subject.
+
+    An absent ``email_verified`` counts as verified (Entra ID never sends it); any value
+    but ``true`` (JSON or a string, as some providers send) counts as unverified."""
     email = claims.get("email")
-    verified = claims.get("email_verified", True) not in (False, "false")
+    said = claims.get("email_verified", True)
+    verified = said is True or (isinstance(said, str) and said.lower() == "true")
     user = email if isinstance(email, str) and email and verified else str(claims["sub"])
     raw: Any = claims.get(groups_claim)
     if raw is None and "." in groups_claim:  # a nested claim, e.g. realm_access.roles

@@ -29,6 +29,14 @@ OIDC = OidcClient(
 )
 
 
+_OIDC_SETTINGS = {
+    "issuer": OIDC.issuer,
+    "clientId": OIDC.client_id,
+    "clientSecretName": OIDC.client_secret_name,
+    "redirectUrl": OIDC.redirect_url,
+}
+
+
 def _objects(access: ServerAccess | None) -> dict[str, dict[str, Any]]:
     resources = _deploy(HistoryServerArgs(image="r/server:1", wiring=AZURE_WIRING, access=access))
     for resource in resources:
@@ -81,6 +89,23 @@ def test_oidc_client_secret_comes_from_a_mounted_secret() -> None:
     assert parsed.auth == "oidc,kubernetes"
     assert parsed.oidc_client_secret_file == f"{OIDC_SECRET_DIR}/client-secret"
     assert parsed.oidc_issuer == OIDC.issuer and parsed.oidc_redirect_url == OIDC.redirect_url
+
+
+def test_identity_provider_prefixes_reach_the_server() -> None:
+    """``usernamePrefix`` / ``groupsPrefix`` become the server's ``--oidc-username-prefix`` /
+    ``--oidc-groups-prefix`` (kube-apiserver's flags of the same names), which the real server
+    configuration accepts; without an identity provider they are refused, naming the key."""
+    config = parse_config(base(access={"oidc": _OIDC_SETTINGS, "usernamePrefix": "oidc:", "groupsPrefix": "oidc:"}))
+    parsed = _parsed(_container(_objects(config.access))["args"])
+    assert (parsed.oidc_username_prefix, parsed.oidc_groups_prefix) == ("oidc:", "oidc:")
+    auth = parse_auth(
+        parsed.auth, parsed.authz, username_prefix=parsed.oidc_username_prefix, groups_prefix=parsed.oidc_groups_prefix
+    )
+    assert (auth.provider_names.username_prefix, auth.provider_names.groups_prefix) == ("oidc:", "oidc:")
+    with pytest.raises(ConfigError, match=r"access\.username_prefix: applies to identity-provider names"):
+        parse_config(base(access={"usernamePrefix": "oidc:"}))
+    with pytest.raises(ConfigError, match="may not start with system:"):
+        parse_config(base(access={"oidc": _OIDC_SETTINGS, "groupsPrefix": "system:"}))
 
 
 def test_static_policy_is_a_mounted_config_map() -> None:

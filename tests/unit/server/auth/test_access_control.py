@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flask import Blueprint, Flask, jsonify
@@ -23,11 +24,18 @@ from runtime.server.auth import (
     AuthUnavailableError,
     build_access_control,
     install,
+    no_data_response,
     parse_auth,
     readable_namespaces,
 )
 from runtime.server.auth import authorize as authorize_namespace
-from runtime.server.auth.kubernetes import KubernetesReviews, ResourceCheck, token_fingerprint, token_lifetime
+from runtime.server.auth.kubernetes import (
+    KubernetesReviews,
+    ResourceCheck,
+    subject_digest,
+    token_fingerprint,
+    token_lifetime,
+)
 from runtime.server.auth.model import Identity
 from tests.support.k8s_auth_stub import AuthApiStub, auth_api_stub
 
@@ -74,6 +82,11 @@ def _app(control: AccessControl) -> Flask:
 
     @data.get("/forgot")
     def forgot() -> object:
+        return jsonify({"leak": "data of some namespace"})
+
+    @data.get("/marks-another-answer")
+    def marks_another_answer() -> object:
+        no_data_response(jsonify({}))  # marking one answer exempts that answer only
         return jsonify({"leak": "data of some namespace"})
 
     app.register_blueprint(health)
@@ -172,6 +185,11 @@ def test_a_route_without_a_decision_fails_closed(stub: AuthApiStub, caplog: pyte
     assert "answered without an access decision" in caplog.text
 
 
+def test_marking_one_answer_as_data_free_does_not_exempt_another(stub: AuthApiStub) -> None:
+    status, body, _ = _get(_kube_app(stub), "/marks-another-answer", ALICE)
+    assert status == 503 and "data of some namespace" not in str(body)
+
+
 def test_reviews_are_cached_by_token_hash_and_decision(stub: AuthApiStub) -> None:
     app = _kube_app(stub)
     for _ in range(3):
@@ -192,8 +210,63 @@ def test_review_request_shapes(stub: AuthApiStub) -> None:
     assert spec == {
         "user": "alice@example.com",
         "groups": ["team-a"],
+        "uid": "uid-alice@example.com",
         "resourceAttributes": {"namespace": "team-a", "verb": "get", "group": "ray.io", "resource": "rayclusters"},
     }
+
+
+SCOPES = "scopes.authorization.openshift.io"
+
+
+def _with_extra(stub: AuthApiStub, extra_per_token: dict[str, dict[str, list[str]]]) -> None:
+    """TokenReviews of these tokens also return ``user.extra`` (e.g. OpenShift token scopes)."""
+    original = stub.answer
+
+    def answer(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        result = original(path, body)
+        token = body.get("spec", {}).get("token", "")
+        if path.endswith("/tokenreviews") and token in extra_per_token and result["status"].get("authenticated"):
+            result["status"]["user"]["extra"] = extra_per_token[token]
+        return result
+
+    stub.answer = answer  # type: ignore[method-assign]
+
+
+def test_subject_access_review_carries_uid_and_extra_of_the_token_review(stub: AuthApiStub) -> None:
+    """A scoped token is authorized with its scopes, never as its unscoped user."""
+    _with_extra(stub, {"scoped-token": {SCOPES: ["user:info"]}})
+    stub.tokens["scoped-token"] = ("alice", ("team-a-devs",))
+    stub.access.add(("alice", "team-a"))
+    _get(_kube_app(stub), "/data/team-a", "scoped-token")
+    spec = stub.access_reviews[-1]["spec"]
+    assert spec.get("uid") == "uid-alice", spec
+    assert spec.get("extra") == {SCOPES: ["user:info"]}, spec
+
+
+def test_decisions_are_cached_per_uid_and_extra(stub: AuthApiStub) -> None:
+    """Two tokens of one user with different scopes are decided apart; the key holds a hash, not the scopes."""
+    _with_extra(stub, {"full": {}, "scoped": {SCOPES: ["user:info"]}})
+    stub.tokens.update({"full": ("carol", ()), "scoped": ("carol", ())})
+    stub.access.add(("carol", "team-a"))
+    app = _kube_app(stub)
+    for token in ("full", "scoped", "full", "scoped"):
+        assert _get(app, "/data/team-a", token)[0] == 200
+    assert [review["spec"].get("extra") for review in stub.access_reviews] == [None, {SCOPES: ["user:info"]}]
+    decisions = repr(app.extensions["historyserver.auth"].authorizer._decisions._entries)
+    assert "user:info" not in decisions
+    scoped = Identity(user="carol", via="kubernetes", uid="uid-carol", extra=((SCOPES, ("user:info",)),))
+    assert subject_digest(scoped) in decisions
+
+
+def test_kubernetes_identities_keep_their_system_names(stub: AuthApiStub) -> None:
+    """A TokenReview's names are Kubernetes' own: a service account is reviewed as itself, unprefixed."""
+    account = "system:serviceaccount:team-a:runner"
+    stub.tokens["sa-token"] = (account, ("system:serviceaccounts", "system:authenticated"))
+    stub.access.add((account, "team-a"))
+    config = parse_auth("kubernetes", "kubernetes")
+    assert _get(_app(build_access_control(config, stub.api_client)), "/data/team-a", "sa-token")[0] == 200
+    spec = stub.access_reviews[-1]["spec"]
+    assert (spec["user"], spec["groups"]) == (account, ["system:serviceaccounts", "system:authenticated"])
 
 
 def test_authz_resource_is_configurable(stub: AuthApiStub) -> None:
@@ -288,6 +361,28 @@ def test_static_policy_with_globs_and_reload(stub: AuthApiStub, tmp_path: Path) 
 def test_bad_combinations_name_the_flag(args: tuple[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         parse_auth(*args)
+
+
+@pytest.mark.parametrize(
+    ("auth", "prefixes", "message"),
+    [
+        ("kubernetes", {"username_prefix": "oidc:"}, "--oidc-username-prefix: only used with --auth oidc or"),
+        ("kubernetes", {"groups_prefix": "oidc:"}, "--oidc-groups-prefix: only used with --auth oidc or"),
+        ("oidc", {"username_prefix": "system:oidc:"}, "--oidc-username-prefix: 'system:oidc:' starts with 'system:'"),
+        ("trusted-header", {"groups_prefix": "system:"}, "--oidc-groups-prefix: 'system:' starts with 'system:'"),
+        ("oidc", {"groups_prefix": "a b"}, "--oidc-groups-prefix: 'a b' may not contain whitespace"),
+    ],
+)
+def test_bad_identity_provider_prefixes_name_the_flag(auth: str, prefixes: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_auth(auth, "kubernetes", **prefixes)
+
+
+def test_identity_provider_prefixes_default_to_none() -> None:
+    names = parse_auth("oidc,kubernetes", "kubernetes").provider_names
+    assert (names.username_prefix, names.groups_prefix) == ("", "")
+    names = parse_auth("trusted-header", "kubernetes", username_prefix="oidc:", groups_prefix="idp:").provider_names
+    assert (names.username_prefix, names.groups_prefix) == ("oidc:", "idp:")
 
 
 def test_bad_resource_names_the_flag() -> None:

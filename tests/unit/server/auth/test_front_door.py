@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from flask import Blueprint, Flask, Response, g, jsonify
 from werkzeug.serving import make_server
 
-from runtime.server.auth import AccessControl, build_access_control, install, parse_auth
+from runtime.server.auth import AccessControl, ProviderNames, build_access_control, install, parse_auth
 from runtime.server.auth.front_door import (
     ALB_KEY_URL,
     IAP_ISSUER,
@@ -159,8 +159,13 @@ def _alb_settings(state: KeyServer, groups_claim: str = "groups") -> FrontDoorSe
 
 
 @contextmanager
-def app_for(settings: FrontDoorSettings) -> Iterator[str]:
-    with serving(AccessControl(authenticators=(front_door_authenticator(settings),), authorizer=AllowTeamA())) as url:
+def app_for(settings: FrontDoorSettings, names: ProviderNames | None = None) -> Iterator[str]:
+    control = AccessControl(
+        authenticators=(front_door_authenticator(settings),),
+        authorizer=AllowTeamA(),
+        provider_names=names or ProviderNames(),
+    )
+    with serving(control) as url:
         yield url
 
 
@@ -333,6 +338,44 @@ def test_alb_token_with_padding_establishes_email_and_groups(keys: tuple[KeyServ
             "namespace": "",
         }
     assert state.count("/alb/") == 1  # the PEM is cached per kid
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize(
+    ("claims", "named"),
+    [
+        ({"groups": ["team-a", "system:masters"]}, "group 'system:masters'"),
+        ({"email": None, "sub": "system:serviceaccount:kube-system:default"}, "user 'system:serviceaccount:"),
+    ],
+)
+def test_alb_identity_naming_a_kubernetes_system_subject_is_403(
+    keys: tuple[KeyServer, ThreadingHTTPServer], caplog: pytest.LogCaptureFixture, claims: dict[str, Any], named: str
+) -> None:
+    """The IdP behind the ALB cannot name system:masters or a service account (even with prefixes)."""
+    state, _ = keys
+    key = _new_key()
+    state.pems = {ALB_KID: _pem(key)}
+    token = alb_token(key, **claims)
+    for names in (ProviderNames(), ProviderNames("idp:", "idp:")):
+        with app_for(_alb_settings(state), names) as url:
+            answer = _call(url, {"x-amzn-oidc-data": token})
+            assert answer.status_code == 403, answer.text
+            assert named in answer.json()["msg"] and "reserved by Kubernetes" in answer.json()["msg"]
+    assert "reserved by Kubernetes" in caplog.text and token not in caplog.text
+
+
+def test_alb_names_get_the_identity_provider_prefixes(keys: tuple[KeyServer, ThreadingHTTPServer]) -> None:
+    state, _ = keys
+    key = _new_key()
+    state.pems = {ALB_KID: _pem(key)}
+    with app_for(_alb_settings(state), ProviderNames("oidc:", "oidc-group:")) as url:
+        answer = _call(url, {"x-amzn-oidc-data": alb_token(key)})
+        assert answer.json() | {"namespace": ""} == {
+            "user": "oidc:bob@example.com",
+            "groups": ["oidc-group:team-a"],
+            "via": "alb",
+            "namespace": "",
+        }
 
 
 def test_alb_without_groups_claim_has_no_groups(keys: tuple[KeyServer, ThreadingHTTPServer]) -> None:

@@ -1,20 +1,35 @@
 """``--auth oidc`` end to end over real HTTP: a real OIDC provider on loopback (npm
 ``oauth2-mock-server``), the real gate on a minimal Flask app, and ``requests`` following
 every redirect by hand: login, the sealed cookie, tampering, expiry, logout, state,
-nonce, audience, issuer and signature checks, and a provider that is down (503).
+nonce, audience, issuer and signature checks, and a provider that is down (503). With
+``--authz kubernetes`` (the SubjectAccessReview stand-in): what the provider's names become.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import pytest
 import requests
+from flask import Blueprint, Flask, Response, g, jsonify
+from werkzeug.serving import make_server
 
-from tests.support.oidc_provider import CLIENT_ID, MockOidcProvider, ServedApp, mock_oidc_provider, serve_gated_app
+from runtime.server.auth import build_access_control, install, parse_auth, parse_oidc
+from runtime.server.auth.model import Identity
+from tests.support.k8s_auth_stub import AuthApiStub, auth_api_stub
+from tests.support.oidc_provider import (
+    CLIENT_ID,
+    CLIENT_SECRET,
+    MockOidcProvider,
+    ServedApp,
+    mock_oidc_provider,
+    serve_gated_app,
+)
 
 JSON = {"Accept": "application/json"}
 HTML = {"Accept": "text/html,application/xhtml+xml"}
@@ -243,3 +258,111 @@ def test_provider_down_at_callback_is_503(tmp_path: Path) -> None:
             answer = session.get(at_provider.headers["Location"], allow_redirects=False)
             assert answer.status_code == 503 and answer.headers["Retry-After"] == "5"
             assert COOKIE not in session.cookies
+
+
+def test_login_with_a_trailing_newline_in_next_completes(app: ServedApp) -> None:
+    """``/data/team-a%0A`` sends the browser to /login?next=...%0A; the login must still end in a redirect."""
+    session = requests.Session()
+    first = session.get(f"{app.url}/data/team-a%0A", headers=HTML, allow_redirects=False)
+    assert first.status_code == 302 and first.headers["Location"].startswith("/login?next=")
+    started = session.get(f"{app.url}{first.headers['Location']}", allow_redirects=False)
+    at_provider = session.get(started.headers["Location"], allow_redirects=False)
+    done = session.get(at_provider.headers["Location"], allow_redirects=False)
+    assert (done.status_code, done.headers["Location"]) == (302, "/"), done.text[:200]
+    assert COOKIE in session.cookies
+
+
+# --- --authz kubernetes: the provider's names in the SubjectAccessReview ----------------
+
+
+@pytest.fixture
+def stub() -> Iterator[AuthApiStub]:
+    with auth_api_stub() as api:
+        # The binding every cluster has: cluster-admin for the group system:masters.
+        api.access = {("system:masters", "kube-system"), ("system:masters", "team-secret")}
+        yield api
+
+
+@contextmanager
+def kube_gated_app(provider: MockOidcProvider, stub: AuthApiStub, workdir: Path, **prefixes: str) -> Iterator[str]:
+    """``--auth oidc --authz kubernetes`` (with ``prefixes`` for parse_auth) over real HTTP."""
+    server = make_server("127.0.0.1", 0, Flask(__name__), threaded=True)
+    url = f"http://127.0.0.1:{server.server_port}"
+    secret = workdir / "secret"
+    secret.write_text(CLIENT_SECRET)
+    settings = parse_oidc(provider.url, CLIENT_ID, str(secret), "groups", f"{url}/oauth2/callback")
+    config = parse_auth("oidc", "kubernetes", **prefixes)
+    app = Flask(__name__)
+    data = Blueprint("data", __name__)
+
+    @data.get("/data/<namespace>")
+    def read(namespace: str) -> Response:
+        who: Identity = g.identity
+        return jsonify({"secret": f"logs of {namespace}", "user": who.user, "groups": list(who.groups)})
+
+    app.register_blueprint(data)
+    install(app, build_access_control(config, stub.api_client, oidc=settings))
+    server.app = app  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield url
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+
+
+def _login_at(url: str, session: requests.Session) -> requests.Response:
+    started = session.get(f"{url}/login", params={"next": "/"}, allow_redirects=False, timeout=30)
+    at_provider = session.get(started.headers["Location"], allow_redirects=False, timeout=30)
+    return session.get(at_provider.headers["Location"], allow_redirects=False, timeout=30)
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize(
+    ("claims", "named"),
+    [
+        ({"email": "mallory@example.com", "groups": ["system:masters"]}, "group 'system:masters'"),
+        ({"email": None, "sub": "system:serviceaccount:kube-system:default", "groups": []}, "user 'system:service"),
+    ],
+    ids=["group-system-masters", "sub-service-account"],
+)
+def test_identity_provider_cannot_name_a_kubernetes_system_subject(  # noqa: PLR0917 - pytest fixtures and parameters
+    provider: MockOidcProvider,
+    stub: AuthApiStub,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    claims: dict[str, object],
+    named: str,
+) -> None:
+    """An IdP group system:masters (cluster-admin by RBAC) or a sub naming a service account: 403, never reviewed."""
+    provider.set_claims(claims)
+    stub.access |= {("system:serviceaccount:kube-system:default", "team-secret")}
+    with kube_gated_app(provider, stub, tmp_path) as url:
+        session = requests.Session()
+        assert _login_at(url, session).status_code == 302
+        answer = session.get(f"{url}/data/team-secret", headers=JSON, timeout=30)
+    assert answer.status_code == 403, answer.text
+    assert named in answer.json()["msg"] and "logs of" not in answer.text
+    sent = [review["spec"] for review in stub.access_reviews]
+    assert not any(str(spec.get("user")).startswith("system:") for spec in sent), sent
+    assert not any("system:masters" in spec.get("groups", []) for spec in sent), sent
+    assert "reserved by Kubernetes" in caplog.text and session.cookies[COOKIE] not in caplog.text
+
+
+def test_identity_provider_prefixes_apply_before_the_subject_access_review(
+    provider: MockOidcProvider, stub: AuthApiStub, tmp_path: Path
+) -> None:
+    provider.set_claims(ALICE)
+    stub.access = {("oidc:team-a-devs", "team-a"), ("alice@example.com", "team-b")}
+    with kube_gated_app(provider, stub, tmp_path, username_prefix="oidc:", groups_prefix="oidc:") as url:
+        session = requests.Session()
+        assert _login_at(url, session).status_code == 302
+        allowed = session.get(f"{url}/data/team-a", headers=JSON, timeout=30)
+        unprefixed_binding = session.get(f"{url}/data/team-b", headers=JSON, timeout=30)
+    assert allowed.status_code == 200, allowed.text
+    assert (allowed.json()["user"], allowed.json()["groups"]) == ("oidc:alice@example.com", ["oidc:team-a-devs"])
+    assert unprefixed_binding.status_code == 403  # the bare provider name is no Kubernetes user
+    assert {(spec["user"], tuple(spec["groups"])) for spec in (r["spec"] for r in stub.access_reviews)} == {
+        ("oidc:alice@example.com", ("oidc:team-a-devs",))
+    }

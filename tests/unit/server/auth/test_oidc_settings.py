@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from cryptography.fernet import Fernet
 
-from runtime.server.auth import build_access_control, parse_auth, parse_oidc
+from runtime.server.auth import ProviderNames, build_access_control, parse_auth, parse_oidc
 from runtime.server.auth.config import AUTH_MODES
 from runtime.server.auth.login_cookie import CookieTooLargeError, LoginState, SealedCookies
 from runtime.server.auth.model import Identity
@@ -147,6 +147,11 @@ def test_sealed_cookies() -> None:
     [
         ({"sub": "s1", "email": "a@x.com", "groups": ["g1", "g2"]}, "groups", ("a@x.com", ("g1", "g2"))),
         ({"sub": "s1", "email": "a@x.com", "email_verified": False}, "groups", ("s1", ())),
+        ({"sub": "s1", "email": "a@x.com", "email_verified": "False"}, "groups", ("s1", ())),
+        ({"sub": "s1", "email": "a@x.com", "email_verified": 0}, "groups", ("s1", ())),
+        ({"sub": "s1", "email": "a@x.com", "email_verified": None}, "groups", ("s1", ())),
+        ({"sub": "s1", "email": "a@x.com", "email_verified": "TRUE"}, "groups", ("a@x.com", ())),
+        ({"sub": "s1", "email": "a@x.com", "email_verified": True}, "groups", ("a@x.com", ())),
         ({"sub": "s1"}, "groups", ("s1", ())),
         ({"sub": "s1", "groups": "solo"}, "groups", ("s1", ("solo",))),
         ({"sub": "s1", "cognito:groups": ["c"]}, "cognito:groups", ("s1", ("c",))),
@@ -172,8 +177,34 @@ def test_identity_from_claims(claims: dict[str, object], claim: str, expected: t
         ("https://evil.example.com/", "/"),
         ("javascript:alert(1)", "/"),
         ("/a\r\nSet-Cookie: x=y", "/"),
+        ("/x\n", "/"),  # `$` would match before this newline: fullmatch does not
+        ("/data/team-a\n", "/"),
         ("/" + "a" * 3000, "/"),
     ],
 )
 def test_safe_next(value: str | None, expected: str) -> None:
     assert safe_next(value) == expected
+
+
+def test_prefix_flags_and_environment_reach_the_configuration(
+    secret_file: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runtime.server.options import load_config
+
+    store = tmp_path / "store"
+    store.mkdir()
+    base = ["--storage-backend=local", f"--local-storage-dir={store}", f"--cache-dir={tmp_path / 'cache'}"]
+    oidc = [f"--oidc-issuer={ISSUER}", "--oidc-client-id=c", f"--oidc-client-secret-file={secret_file}"]
+    oidc.append(f"--oidc-redirect-url={REDIRECT}")
+    config = load_config(
+        [*base, "--auth=oidc", "--authz=kubernetes", *oidc, "--oidc-username-prefix=oidc:"],
+        env={"HISTORYSERVER_OIDC_GROUPS_PREFIX": "oidc-group:"},
+    )
+    names = config.auth.provider_names
+    assert (names.username_prefix, names.groups_prefix) == ("oidc:", "oidc-group:")
+    default = load_config([*base, "--auth=oidc", "--authz=kubernetes", *oidc], env={}).auth.provider_names
+    assert default == ProviderNames()  # no prefix: existing RBAC bindings keep working
+    with pytest.raises(SystemExit) as exited:
+        load_config([*base, "--auth=kubernetes", "--authz=kubernetes", "--oidc-groups-prefix=oidc:"], env={})
+    assert exited.value.code == 2
+    assert "--oidc-groups-prefix: only used with --auth oidc or trusted-header" in capsys.readouterr().err

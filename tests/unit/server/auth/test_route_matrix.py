@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from werkzeug.test import EnvironBuilder, run_wsgi_app
 
 from runtime.server.app import create_app
 from runtime.server.auth import build_access_control, parse_auth
@@ -218,3 +219,22 @@ def test_every_route_of_the_app_is_in_the_matrix(world: tuple[Flask, Flask, Auth
         "/prometheus/api/v1/query_range",
     }
     assert rules <= covered, sorted(rules - covered)
+
+
+@pytest.mark.parametrize("path", ["//clusters", "//api/jobs/", "//select_cluster", "///api/v0/tasks"])
+@pytest.mark.parametrize("token", [None, DEFAULT_USER], ids=["anonymous", "allowed"])
+def test_double_slash_redirect_is_the_same_with_access_control(
+    world: tuple[Flask, Flask, AuthApiStub, StoredSample], path: str, token: str | None
+) -> None:
+    """The guard's 308 to the single-slash path carries no data: the fail-closed check lets it through."""
+    guarded, open_app = world[0], world[1]
+
+    def get(app: Flask) -> tuple[int, str | None, str]:
+        environ = EnvironBuilder(path="/", headers=_headers(token)).get_environ()
+        environ.update(PATH_INFO=path, RAW_URI=path, QUERY_STRING="", HTTP_HOST="localhost")
+        body, status, headers = run_wsgi_app(app, environ)
+        return int(status.split()[0]), dict(headers).get("Location"), b"".join(body).decode()
+
+    expected = get(open_app)
+    assert expected[:2] == (308, "/" + path.lstrip("/"))
+    assert get(guarded) == expected
