@@ -250,6 +250,7 @@ def storage_for(
                 force_destroy=config.storage.force_destroy,
                 workload_pool_ready=cluster.identity_ready,
                 shared_index=shared_index,
+                index_maintainers=list(index_maintainers),
             ),
             opts=on_cloud,
         ).wiring
@@ -272,6 +273,7 @@ def storage_for(
                 retention_days=age_rule_days,
                 force_destroy=config.storage.force_destroy,
                 shared_index=shared_index,
+                index_maintainers=list(index_maintainers),
             ),
             opts=on_cloud,
         ).wiring

@@ -25,6 +25,9 @@ WRITER_BUCKET_ACTIONS = ["s3:ListBucket", "s3:ListBucketMultipartUploads"]
 #: indexes go up in parts, and a session re-indexed as its events grew replaces its older
 #: copy (another key: the events fingerprint is in it), so the superseded one is deleted.
 INDEX_WRITE_ACTIONS = ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"]
+#: Denied to collectors on the shared-index prefix: every way to create, replace or delete an
+#: object there (multipart uploads are authorized as ``s3:PutObject``).
+INDEX_DENY_ACTIONS = ["s3:PutObject*", "s3:DeleteObject*", "s3:AbortMultipartUpload"]
 
 
 def irsa_trust_policy(oidc_provider_arn: str, issuer_url: str, accounts: Sequence[ServiceAccountRef]) -> str:
@@ -61,6 +64,7 @@ def bucket_access_policy(
     root_dir: str = "",
     kms_key_arn: str | None = None,
     index_write: bool = False,
+    deny_index_write: bool = False,
 ) -> str:
     """Least-privilege S3 policy on one bucket's history prefix: read-only for the server,
     read/write for writers; with SSE-KMS, the key operations those S3 calls need.
@@ -71,6 +75,10 @@ def bucket_access_policy(
     ``index_write`` (the server with ``shared_index="write"``) adds uploads to
     ``root_dir/history-index/*`` only: an object ARN with a key prefix scopes the actions to
     it (https://docs.aws.amazon.com/AmazonS3/latest/userguide/example-policies-s3.html).
+    ``deny_index_write`` (the collectors' writer role) adds an explicit ``Deny`` of
+    :data:`INDEX_DENY_ACTIONS` on ``root_dir/history-index/*``: an explicit deny overrides
+    the allow on ``root_dir/*`` (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_evaluation-logic.html),
+    so a collector credential cannot plant, replace or delete a shared index.
     """
     root = root_dir.strip("/")
     object_arn = f"{bucket_arn}/{root}/*" if root else f"{bucket_arn}/*"
@@ -97,6 +105,15 @@ def bucket_access_policy(
                 "Sid": "WriteSharedIndexes",
                 "Effect": "Allow",
                 "Action": INDEX_WRITE_ACTIONS,
+                "Resource": f"{bucket_arn}/{index_prefix(root)}*",
+            }
+        )
+    if deny_index_write:
+        statements.append(
+            {
+                "Sid": "DenySharedIndexWrites",
+                "Effect": "Deny",
+                "Action": INDEX_DENY_ACTIONS,
                 "Resource": f"{bucket_arn}/{index_prefix(root)}*",
             }
         )

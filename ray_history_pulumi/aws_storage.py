@@ -2,9 +2,13 @@
 
 The bucket enforces bucket-owner object ownership (ACLs off), blocks every kind of public
 access, encrypts at rest (SSE-S3, or SSE-KMS with a given key) and optionally expires old
-history. Two IAM roles with least-privilege inline policies: writers (read/write/multipart)
-and the server (``s3:GetObject`` + ``s3:ListBucket``; with ``shared_index="write"`` also
-``s3:PutObject`` and the multipart calls on ``ROOT/history-index/*`` only). Roles are assumed
+history. IAM roles with least-privilege inline policies: collectors (read/write/multipart
+under the root, with an explicit ``Deny`` of writes and deletes on ``ROOT/history-index/*``),
+index maintainers (the retention job, which deletes sessions with their shared indexes: a
+role of its own, without that deny) and the server (``s3:GetObject`` + ``s3:ListBucket``;
+with ``shared_index="write"`` also ``s3:PutObject`` and the multipart calls on
+``ROOT/history-index/*`` only). The collectors of every namespace share one role: it may
+write any namespace's history (docs/security-model.md, "What is not"). Roles are assumed
 either through IRSA (OIDC web identity) or EKS Pod Identity (one ``PodIdentityAssociation`` per
 service account).
 """
@@ -21,6 +25,7 @@ import pulumi_aws as aws
 
 from ray_history_pulumi.aws_names import IAM_POLICY_NAME_MAX, IAM_ROLE_NAME_MAX, name_args
 from ray_history_pulumi.aws_policies import (
+    INDEX_DENY_ACTIONS,
     INDEX_WRITE_ACTIONS,
     SERVER_BUCKET_ACTIONS,
     SERVER_OBJECT_ACTIONS,
@@ -37,7 +42,9 @@ from ray_history_pulumi.contracts import (
     ServiceAccountRef,
     StorageWiring,
 )
+from ray_history_pulumi.retention import RETENTION_SERVICE_ACCOUNT
 from ray_history_pulumi.storage_common import (
+    resolve_index_maintainers,
     storage_env,
     validate_common,
     validate_shared_index,
@@ -46,6 +53,7 @@ from ray_history_pulumi.storage_common import (
 
 # The policy documents live in aws_policies; importable from here as before.
 __all__ = [
+    "INDEX_DENY_ACTIONS",
     "INDEX_WRITE_ACTIONS",
     "IRSA_ANNOTATION",
     "SERVER_BUCKET_ACTIONS",
@@ -74,8 +82,13 @@ class S3HistoryStorageArgs:
         identity_mode: ``irsa`` (needs ``oidc_provider_arn`` + ``oidc_issuer_url``) or
             ``pod-identity`` (needs ``cluster_name``; the cluster needs the
             ``eks-pod-identity-agent`` add-on).
-        writers: service accounts of Ray pods whose collector sidecar writes history.
+        writers: service accounts of Ray pods whose collector sidecar writes history, and the
+            index maintainers. The collectors share one role, which may not write or delete
+            under ``ROOT/history-index/``.
         server: the history server's service account (read-only).
+        index_maintainers: writers that delete sessions together with their shared indexes
+            (the retention job's account): a role of their own, writes and deletes anywhere
+            under the root. None (default): the writer ``SERVER_NAMESPACE/ray-history-gc``, if listed.
         oidc_provider_arn: IAM OIDC provider of the cluster (IRSA).
         oidc_issuer_url: the cluster's OIDC issuer URL, with or without ``https://`` (IRSA).
         cluster_name: EKS cluster name (Pod Identity).
@@ -90,8 +103,6 @@ class S3HistoryStorageArgs:
         tags: tags on every AWS resource.
         shared_index: ``off``, ``read`` (default) or ``write``: ``write`` adds uploads under
             ``ROOT/history-index/`` to the server's policy; the other two leave it read-only.
-            Writers (the retention job among them) may delete anywhere under the root,
-            shared indexes included.
     """
 
     identity_mode: IdentityMode
@@ -108,6 +119,7 @@ class S3HistoryStorageArgs:
     force_destroy: bool = False
     tags: dict[str, str] = field(default_factory=dict)
     shared_index: str = "read"
+    index_maintainers: Sequence[ServiceAccountRef] | None = None
 
     def __post_init__(self) -> None:
         if self.identity_mode not in ("irsa", "pod-identity"):
@@ -124,6 +136,18 @@ class S3HistoryStorageArgs:
             )
         validate_common("S3HistoryStorageArgs", self.writers, self.server, self.retention_days)
         validate_shared_index("S3HistoryStorageArgs.shared_index", self.shared_index)
+        self.maintainers()
+
+    def maintainers(self) -> list[ServiceAccountRef]:
+        """The writers with the maintainer role (see ``index_maintainers``)."""
+        gc_account = ServiceAccountRef(self.server.namespace, RETENTION_SERVICE_ACCOUNT)
+        what = "S3HistoryStorageArgs.index_maintainers"
+        return resolve_index_maintainers(what, self.writers, self.index_maintainers, gc_account)
+
+    def collectors(self) -> list[ServiceAccountRef]:
+        """The writers that are not index maintainers."""
+        maintainers = self.maintainers()
+        return [sa for sa in self.writers if sa not in maintainers]
 
 
 class S3HistoryStorage(pulumi.ComponentResource):
@@ -149,7 +173,8 @@ class S3HistoryStorage(pulumi.ComponentResource):
 
     Attributes:
         bucket: the ``aws.s3.Bucket``; ``bucket_name`` its name.
-        writer_role / server_role: the two ``aws.iam.Role`` s (writer role only if there are writers).
+        writer_role / maintainer_role / server_role: the ``aws.iam.Role`` s (the collectors',
+            the index maintainers', the server's; the first two only if there are such writers).
         wiring: what the Kubernetes components need (:class:`StorageWiring`).
     """
 
@@ -172,7 +197,11 @@ class S3HistoryStorage(pulumi.ComponentResource):
         # Per account (``server`` or ``namespace/name``): what its credentials need to exist.
         self.ready: dict[str, list[pulumi.Resource]] = {}
         self.server_role = self._role(name, "server", [args.server], args, write=False)
-        self.writer_role = self._role(name, "writer", args.writers, args, write=True) if args.writers else None
+        collectors, maintainers = args.collectors(), args.maintainers()
+        self.writer_role = self._role(name, "writer", collectors, args, write=True) if collectors else None
+        self.maintainer_role = self._role(name, "maintainer", maintainers, args, write=True) if maintainers else None
+        role_of = {writer_key(sa): self.writer_role for sa in collectors}
+        role_of.update({writer_key(sa): self.maintainer_role for sa in maintainers})
 
         env = storage_env(
             {"STORAGE_BACKEND": "s3", "S3_BUCKET": self.bucket.bucket, "S3_REGION": self.bucket.region},
@@ -184,19 +213,17 @@ class S3HistoryStorage(pulumi.ComponentResource):
             # Consumers must not start before the bucket refuses public access and encrypts.
             env=pulumi.Output.all(env, *bucket_settings).apply(lambda parts: parts[0]),
             server=self._identity(self.server_role, args, self.ready["server"]),
-            writers={
-                writer_key(sa): self._identity(self.writer_role, args, self.ready[writer_key(sa)])
-                for sa in args.writers
-                if self.writer_role
-            },
+            writers={key: self._identity(role, args, self.ready[key]) for key, role in role_of.items()},
             shared_index=args.shared_index,
-            index_maintainers=[writer_key(sa) for sa in args.writers],
+            # Only their role may write or delete shared indexes; the collectors' denies it.
+            index_maintainers=[writer_key(sa) for sa in maintainers],
         )
         self.register_outputs(
             {
                 "bucket_name": self.bucket.bucket,
                 "server_role_arn": self.server_role.arn,
                 "writer_role_arn": self.writer_role.arn if self.writer_role else None,
+                "maintainer_role_arn": self.maintainer_role.arn if self.maintainer_role else None,
             }
         )
 
@@ -309,6 +336,7 @@ class S3HistoryStorage(pulumi.ComponentResource):
                     root_dir=args.root_dir,
                     kms_key_arn=a[1],
                     index_write=not write and args.shared_index == "write",
+                    deny_index_write=kind == "writer",
                 )
             ),
             opts=child,

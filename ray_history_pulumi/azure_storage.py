@@ -10,7 +10,10 @@ Shared indexes live in a second container of the account (``shared_index`` ``rea
 ``write``; none with ``off``): the server gets Storage Blob Data Reader on it, or Contributor
 with ``write``, scoped to that container only; the history container stays read-only for it.
 Writers listed in ``index_maintainers`` (the retention job) get an identity of their own with
-Contributor on both containers; the collectors' identity never reaches the index container.
+Contributor on both containers; the collectors' identity never reaches the index container
+(``role_scope="account"``, which would, is refused while there are collectors and an index
+container). The collectors of every namespace share one identity: it may write any
+namespace's history (docs/security-model.md, "What is not").
 """
 
 from __future__ import annotations
@@ -88,7 +91,10 @@ class AzureBlobHistoryStorageArgs:
         server: the history server's service account (read-only).
         location: Azure region; None = the resource group's.
         container_name: blob container (``AZURE_STORAGE_CONTAINER``).
-        role_scope: ``container`` (default, least privilege) or ``account``.
+        role_scope: ``container`` (default, least privilege) or ``account``. ``account`` would
+            cover the shared-index container too, so it needs ``shared_index="off"`` when there
+            are collectors (writers not in ``index_maintainers``): their identity must never
+            reach the indexes the server serves.
         retention_days: delete blobs not modified for this many days; None keeps them forever.
             Object by object, a running session's too: with whole-session retention
             (:mod:`ray_history_pulumi.retention`) use it as a backstop, ``backstop_days(days)``.
@@ -137,6 +143,17 @@ class AzureBlobHistoryStorageArgs:
             raise ValueError(
                 f"AzureBlobHistoryStorageArgs.index_container_name={self.index_container_name!r}: 3-63 lowercase "
                 "letters, digits and single '-', other than container_name"
+            )
+        maintainer_keys = {writer_key(sa) for sa in self.index_maintainers}
+        collectors = [writer_key(sa) for sa in self.writers if writer_key(sa) not in maintainer_keys]
+        if self.role_scope == "account" and self.shared_index != "off" and collectors:
+            # An account-scoped Contributor writes every container of the account
+            # (https://learn.microsoft.com/azure/storage/blobs/assign-azure-role-data-access):
+            # the collectors could plant shared indexes the server then serves.
+            raise ValueError(
+                f"AzureBlobHistoryStorageArgs.role_scope='account' with shared_index={self.shared_index!r}: the "
+                f"collectors' identity ({', '.join(collectors)}) would be Contributor on the shared-index container "
+                "too; use role_scope='container' or shared_index='off'"
             )
         strangers = sorted({writer_key(sa) for sa in self.index_maintainers} - {writer_key(sa) for sa in self.writers})
         if strangers:

@@ -1,9 +1,14 @@
 """GCS bucket for Ray history + Workload Identity Federation grants (GKE).
 
 The bucket has uniform bucket-level access and enforced public access prevention. Each
-Kubernetes service account gets a direct ``principal://`` grant on the bucket (no Google
-service account, no annotation): writers ``roles/storage.objectUser``, the history server
-``roles/storage.objectViewer``. With ``shared_index="write"`` the server also gets
+Kubernetes service account gets direct ``principal://`` grants on the bucket (no Google
+service account, no annotation). A collector (a writer) reads the bucket with
+``roles/storage.objectViewer`` and writes with ``roles/storage.objectUser`` under an IAM
+condition naming its own namespace's keys only (``ROOT/cluster-history/KIND/NS/`` and
+``ROOT/cluster-metadata/KIND/NS_``): never another namespace's sessions, never the shared
+indexes under ``ROOT/history-index/``. An index maintainer (the retention job, which deletes
+whole sessions and their indexes) gets ``roles/storage.objectUser`` unconditionally. The history
+server gets ``roles/storage.objectViewer``; with ``shared_index="write"`` also
 ``roles/storage.objectUser`` under an IAM condition on the object name: only keys under
 ``ROOT/history-index/`` (creating and overwriting an object needs ``storage.objects.create``
 and ``.delete``, both in that role).
@@ -26,15 +31,23 @@ from ray_history_pulumi.contracts import (
     StorageWiring,
 )
 from ray_history_pulumi.gcp_services import lookup_options
+from ray_history_pulumi.retention import RETENTION_SERVICE_ACCOUNT
 from ray_history_pulumi.storage_common import (
     index_prefix,
+    namespace_prefixes,
+    probe_prefix,
+    resolve_index_maintainers,
     storage_env,
     validate_common,
     validate_shared_index,
     writer_key,
 )
 
+#: A writer's role: unconditional for index maintainers, limited to its namespace for collectors.
 WRITER_ROLE = "roles/storage.objectUser"
+#: A collector's unconditional role: reads and listings, as the server's.
+WRITER_READ_ROLE = "roles/storage.objectViewer"
+WRITER_CONDITION_TITLE = "own-namespace-only"
 SERVER_ROLE = "roles/storage.objectViewer"
 #: The server's role on the shared-index prefix with ``shared_index="write"`` (conditional).
 INDEX_WRITER_ROLE = "roles/storage.objectUser"
@@ -60,6 +73,21 @@ def index_write_condition(bucket: str, root_dir: str) -> str:
     return f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{index_prefix(root_dir)}")'
 
 
+def namespace_write_condition(bucket: str, root_dir: str, namespace: str) -> str:
+    """The IAM condition expression limiting a collector's write grant to its namespace's keys.
+
+    True only for objects named by :func:`~ray_history_pulumi.storage_common.namespace_prefixes`
+    and the ``python -m runtime.storage check`` probes (``ROOT/_selfcheck/``, which nothing
+    serves) (``projects/_/buckets/BUCKET/objects/KEY`` in conditions:
+    https://cloud.google.com/iam/docs/conditions-attribute-reference#resource-name); false for
+    every other namespace's keys, for ``ROOT/history-index/`` and for the bucket itself, so
+    listing comes from the collector's unconditional ``roles/storage.objectViewer``.
+    """
+    objects = f"projects/_/buckets/{bucket}/objects/"
+    prefixes = [*namespace_prefixes(root_dir, namespace), probe_prefix(root_dir)]
+    return " || ".join(f'resource.name.startsWith("{objects}{prefix}")' for prefix in prefixes)
+
+
 def _principal_for(project_number: str, *, project_id: str, account: ServiceAccountRef) -> str:
     return workload_identity_principal(project_number, project_id, account)
 
@@ -71,8 +99,12 @@ class GcsHistoryStorageArgs:
     Attributes:
         project: Google Cloud project id that owns the bucket and the GKE workload pool.
         location: bucket location (``US``, ``EU``, ``us-central1`` ...).
-        writers: service accounts of Ray pods whose collector sidecar writes history.
+        writers: service accounts of Ray pods whose collector sidecar writes history (their
+            own namespace's keys only), and the index maintainers.
         server: the history server's service account (read-only).
+        index_maintainers: writers that delete every namespace's sessions and the shared
+            indexes (the retention job's account): ``roles/storage.objectUser`` on the whole
+            bucket. None (default): the writer ``SERVER_NAMESPACE/ray-history-gc``, if listed.
         bucket_name: explicit, globally unique bucket name; None lets Pulumi auto-name it.
         retention_days: delete objects older than this many days; None keeps them forever.
             Object by object, a running session's too: with whole-session retention
@@ -103,6 +135,7 @@ class GcsHistoryStorageArgs:
     labels: dict[str, str] = field(default_factory=dict)
     workload_pool_ready: Sequence[pulumi.Resource] = ()
     shared_index: str = "read"
+    index_maintainers: Sequence[ServiceAccountRef] | None = None
 
     def __post_init__(self) -> None:
         if not self.project:
@@ -115,6 +148,13 @@ class GcsHistoryStorageArgs:
             )
         validate_common("GcsHistoryStorageArgs", self.writers, self.server, self.retention_days)
         validate_shared_index("GcsHistoryStorageArgs.shared_index", self.shared_index)
+        self.maintainers()
+
+    def maintainers(self) -> list[ServiceAccountRef]:
+        """The writers with the unconditional write grant (see ``index_maintainers``)."""
+        gc_account = ServiceAccountRef(self.server.namespace, RETENTION_SERVICE_ACCOUNT)
+        what = "GcsHistoryStorageArgs.index_maintainers"
+        return resolve_index_maintainers(what, self.writers, self.index_maintainers, gc_account)
 
 
 class GcsHistoryStorage(pulumi.ComponentResource):
@@ -179,21 +219,47 @@ class GcsHistoryStorage(pulumi.ComponentResource):
 
         self.members: dict[str, pulumi.Output[str]] = {}
         self.grants: dict[str, gcp.storage.BucketIAMMember] = {}
-        grants = [(sa, WRITER_ROLE, "writer") for sa in args.writers] + [(args.server, SERVER_ROLE, "server")]
+        ready: dict[str, list[pulumi.Resource]] = {}
+        maintainer_keys = {writer_key(sa) for sa in args.maintainers()}
         after_pool = pulumi.ResourceOptions(parent=self, depends_on=list(args.workload_pool_ready))
-        for account, role, kind in grants:
+
+        def grant(
+            kind: str,
+            account: ServiceAccountRef,
+            role: str,
+            condition: gcp.storage.BucketIAMMemberConditionArgs | None = None,
+        ) -> None:
             member = project_number.apply(partial(_principal_for, project_id=args.project, account=account))
-            grant = gcp.storage.BucketIAMMember(
+            key = "server" if kind == "server" else writer_key(account)
+            binding = gcp.storage.BucketIAMMember(
                 f"{name}-{kind}-{account.namespace}-{account.name}",
                 bucket=self.bucket.name,
                 role=role,
                 member=member,
+                condition=condition,
                 opts=after_pool,
             )
-            key = writer_key(account) if kind == "writer" else "server"
-            # The grant's own output, so readers of ``members`` wait until the grant exists.
-            self.members[key] = grant.member
-            self.grants[key] = grant
+            ready.setdefault(key, []).append(binding)
+            if key not in self.grants:
+                # The grant's own output, so readers of ``members`` wait until the grant exists.
+                self.members[key] = binding.member
+                self.grants[key] = binding
+
+        for sa in args.writers:
+            if writer_key(sa) in maintainer_keys:
+                # Deletes whole sessions of every namespace and their shared indexes.
+                grant("writer", sa, WRITER_ROLE)
+                continue
+            condition = gcp.storage.BucketIAMMemberConditionArgs(
+                title=WRITER_CONDITION_TITLE,
+                description=f"Ray history collector: write namespace {sa.namespace}'s history only",
+                expression=self.bucket.name.apply(
+                    partial(namespace_write_condition, root_dir=args.root_dir, namespace=sa.namespace)
+                ),
+            )
+            grant("writer", sa, WRITER_ROLE, condition)
+            grant("reader", sa, WRITER_READ_ROLE)
+        grant("server", args.server, SERVER_ROLE)
         server_ready: list[pulumi.Resource] = [self.grants["server"]]
         if args.shared_index == "write":
             # A second binding: the reader role stays unconditional for everything else.
@@ -221,9 +287,9 @@ class GcsHistoryStorage(pulumi.ComponentResource):
             bucket=self.bucket.name,
             env=env,
             server=IdentityWiring(ready=server_ready),
-            writers={writer_key(sa): IdentityWiring(ready=[self.grants[writer_key(sa)]]) for sa in args.writers},
+            writers={writer_key(sa): IdentityWiring(ready=ready[writer_key(sa)]) for sa in args.writers},
             shared_index=args.shared_index,
-            # objectUser on the whole bucket: every writer may delete shared indexes too.
-            index_maintainers=[writer_key(sa) for sa in args.writers],
+            # Only they hold objectUser outside their namespace: the collectors never reach indexes.
+            index_maintainers=[writer_key(sa) for sa in args.maintainers()],
         )
         self.register_outputs({"bucket_name": self.bucket.name, "members": self.members, "env": env})

@@ -1,5 +1,5 @@
 """Small helpers every storage component shares (validation, env map, wiring keys, the
-shared-index modes and key prefix)."""
+shared-index modes and key prefix, the key prefixes of one namespace, index maintainers)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 import pulumi
 
 from ray_history_pulumi.contracts import ServiceAccountRef, StorageWiring
+from runtime.storage.layout import CLUSTER_HISTORY, CLUSTER_KINDS, CLUSTER_METADATA
+from runtime.storage.selfcheck import PROBE_DIR
 
 # Kubernetes object names (RFC 1123 labels for namespaces, subdomains for service accounts).
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -24,6 +26,43 @@ def index_prefix(root_dir: str) -> str:
     """Key prefix of the shared indexes: ``ROOT/history-index/``, ``history-index/`` at the bucket root."""
     root = root_dir.strip("/")
     return f"{root}/{INDEX_DIR}/" if root else f"{INDEX_DIR}/"
+
+
+def namespace_prefixes(root_dir: str, namespace: str) -> list[str]:
+    """Key prefixes of one namespace's sessions (``runtime/storage/layout.py``): its history
+    objects ``ROOT/cluster-history/KIND/NS/`` and its markers ``ROOT/cluster-metadata/KIND/NS_``,
+    for every cluster kind. A namespace holds no ``_`` (an RFC 1123 label), so ``NS_`` never
+    matches another namespace's markers, nor ``NS/`` its objects."""
+    root = root_dir.strip("/")
+    base = f"{root}/" if root else ""
+    return [f"{base}{CLUSTER_HISTORY}/{kind}/{namespace}/" for kind in CLUSTER_KINDS] + [
+        f"{base}{CLUSTER_METADATA}/{kind}/{namespace}_" for kind in CLUSTER_KINDS
+    ]
+
+
+def probe_prefix(root_dir: str) -> str:
+    """Key prefix of ``python -m runtime.storage check``'s probe objects (read by nothing else)."""
+    root = root_dir.strip("/")
+    return f"{root}/{PROBE_DIR}/" if root else f"{PROBE_DIR}/"
+
+
+def resolve_index_maintainers(
+    what: str,
+    writers: Sequence[ServiceAccountRef],
+    maintainers: Sequence[ServiceAccountRef] | None,
+    default: ServiceAccountRef,
+) -> list[ServiceAccountRef]:
+    """The writers that may delete shared indexes (the retention job's account), in ``writers`` order.
+
+    ``maintainers`` None means ``default`` (the retention job's account beside the server)
+    if it is a writer, else none; a maintainer that is not a writer is an error naming ``what``.
+    """
+    wanted = {writer_key(sa) for sa in (maintainers if maintainers is not None else [default])}
+    keys = {writer_key(sa) for sa in writers}
+    strangers = sorted(wanted - keys) if maintainers is not None else []
+    if strangers:
+        raise ValueError(f"{what}: {strangers} are not writers")
+    return [sa for sa in writers if writer_key(sa) in wanted]
 
 
 def validate_shared_index(what: str, mode: str) -> None:

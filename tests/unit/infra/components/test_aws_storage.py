@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from fnmatch import fnmatchcase
 from typing import Any
 
 import pulumi
@@ -16,6 +17,8 @@ from tests.unit.infra.mocks import AWS_ACCOUNT, AWS_REGION, EKS_ISSUER, Recordin
 
 WRITERS = [ServiceAccountRef("ray", "ray-collector"), ServiceAccountRef("team-a", "ray-worker")]
 SERVER = ServiceAccountRef("ray-system", "ray-history-server")
+#: The retention job's account beside the server: the default index maintainer.
+GC = ServiceAccountRef("ray-system", "ray-history-gc")
 OIDC_ARN = f"arn:aws:iam::{AWS_ACCOUNT}:oidc-provider/{EKS_ISSUER.removeprefix('https://')}"
 ISSUER_HOST = EKS_ISSUER.removeprefix("https://")
 
@@ -145,7 +148,7 @@ def test_roles_reach_only_the_root_prefix(mocks: RecordingMocks) -> pulumi.Outpu
             listing = statements["ListHistoryBucket"]
             assert listing["Resource"] == arn
             assert listing["Condition"] == {"StringLike": {"s3:prefix": ["prod/", "prod/*"]}}
-            objects = [s for sid, s in statements.items() if sid != "ListHistoryBucket"]
+            objects = [s for sid, s in statements.items() if sid != "ListHistoryBucket" and s["Effect"] == "Allow"]
             assert [s["Resource"] for s in objects] == [f"{arn}/prod/*"]
 
     return _done(storage).apply(check)
@@ -225,7 +228,8 @@ def test_policies_are_least_privilege_on_the_bucket_only(mocks: RecordingMocks) 
     def check(_: object) -> None:
         server = {s["Resource"]: sorted(s["Action"]) for s in _policy(mocks, "history-server")["Statement"]}
         assert server == {arn: ["s3:ListBucket"], f"{arn}/*": ["s3:GetObject"]}
-        writer = {s["Resource"]: sorted(s["Action"]) for s in _policy(mocks, "history-writer")["Statement"]}
+        writer_statements = _policy(mocks, "history-writer")["Statement"]
+        writer = {s["Resource"]: sorted(s["Action"]) for s in writer_statements if s["Effect"] == "Allow"}
         assert writer == {
             arn: ["s3:ListBucket", "s3:ListBucketMultipartUploads"],
             f"{arn}/*": sorted(
@@ -238,10 +242,12 @@ def test_policies_are_least_privilege_on_the_bucket_only(mocks: RecordingMocks) 
                 ]
             ),
         }
+        [deny] = [s for s in writer_statements if s["Effect"] != "Allow"]
+        assert deny["Sid"] == "DenySharedIndexWrites" and deny["Resource"] == f"{arn}/history-index/*"
         for role in ("history-server", "history-writer"):
             for statement in _policy(mocks, role)["Statement"]:
-                assert all("*" not in action for action in statement["Action"])
-                assert statement["Effect"] == "Allow"
+                if statement["Effect"] == "Allow":  # no wildcard grant; the deny may be broad
+                    assert all("*" not in action for action in statement["Action"])
         assert not mocks.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
 
     return _done(storage).apply(check)
@@ -389,17 +395,128 @@ def test_write_with_sse_kms_lets_the_server_generate_data_keys(mocks: RecordingM
     assert sorted(statement["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey"]
 
 
+def allowed(policy: dict[str, Any], action: str, resource: str) -> bool:
+    """IAM's documented evaluation for one identity policy and one request: an explicit
+    ``Deny`` that matches wins, else a matching ``Allow`` allows, else the implicit deny
+    (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_evaluation-logic.html).
+    ``*`` in actions and resources matches any run of characters. Statements with a
+    ``Condition`` (listing with an ``s3:prefix``) are skipped: these are object calls."""
+
+    def matches(statement: dict[str, Any]) -> bool:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        return any(fnmatchcase(action, a) for a in actions) and any(fnmatchcase(resource, r) for r in resources)
+
+    statements = [s for s in policy["Statement"] if "Condition" not in s and matches(s)]
+    if any(s["Effect"] == "Deny" for s in statements):
+        return False
+    return any(s["Effect"] == "Allow" for s in statements)
+
+
+def _policies_for(mocks: RecordingMocks, **overrides: Any) -> dict[str, dict[str, Any]]:
+    captured: dict[str, dict[str, Any]] = {}
+
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[None]:
+        return _done(_storage(**overrides)).apply(
+            lambda _: captured.update(
+                {r.name: json.loads(r.inputs["policy"]) for r in mocks.of_type("aws:iam/rolePolicy:RolePolicy")}
+            )
+        )
+
+    program()
+    return captured
+
+
+MUTATIONS = ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:DeleteObjectVersion", "s3:PutObjectAcl"]
+
+
+@pytest.mark.parametrize("root_dir", ["", "prod/ray"])
+@pytest.mark.parametrize("mode", ["read", "write"])
+def test_collectors_cannot_write_or_delete_shared_indexes(mocks: RecordingMocks, root_dir: str, mode: str) -> None:
+    """A collector credential (any job code in a team's pods has it) must not plant, replace or
+    delete a shared index, which every server downloads for any team's session
+    (/tmp/review_bucket/test_writer_grants.py, test_shared_index_forgery.py): the collectors'
+    role has an explicit ``Deny`` on ``ROOT/history-index/*``, which overrides its allow on
+    ``ROOT/*``. The retention job's role (an index maintainer) has no such deny: it deletes a
+    session's indexes with it."""
+    policies = _policies_for(mocks, root_dir=root_dir, shared_index=mode, writers=[*WRITERS, GC])
+    base = f"arn:aws:s3:::ray-history-demo/{root_dir}/" if root_dir else "arn:aws:s3:::ray-history-demo/"
+    session = base + "cluster-history/raycluster/team-a/raycluster-x/session_1/node/logs/raylet.out"
+    marker = base + "cluster-metadata/raycluster/team-a_raycluster-x/session_1"
+    index = base + "history-index/raycluster/team-b/raycluster-y/session_1/v1-s1/" + "f" * 64 + ".sqlite.zst"
+    collector = policies["history-writer-s3"]
+    for action in MUTATIONS:
+        assert not allowed(collector, action, index), f"a collector credential may {action} {index}"
+    assert set(policies) == {"history-server-s3", "history-writer-s3", "history-maintainer-s3"}
+    maintainer = policies["history-maintainer-s3"]
+    for action in ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]:
+        assert allowed(collector, action, session) and allowed(collector, action, marker), action
+        assert not allowed(collector, action, index), action
+        assert allowed(maintainer, action, index) and allowed(maintainer, action, session), action
+    # Reading indexes stays allowed: the bucket is readable to writers anyway.
+    assert allowed(collector, "s3:GetObject", index)
+
+
+def test_each_role_trusts_only_its_own_service_accounts(mocks: RecordingMocks) -> None:
+    """IRSA: the collectors' role never trusts the gc job's account and the other way round;
+    Pod Identity: each account is associated with its own role."""
+    _policies_for(mocks, writers=[*WRITERS, GC])
+    roles = {r.name: json.loads(r.inputs["assumeRolePolicy"]) for r in mocks.of_type("aws:iam/role:Role")}
+    subjects = {
+        name: role["Statement"][0]["Condition"]["StringEquals"][f"{ISSUER_HOST}:sub"] for name, role in roles.items()
+    }
+    assert subjects == {
+        "history-server": ["system:serviceaccount:ray-system:ray-history-server"],
+        "history-writer": ["system:serviceaccount:ray:ray-collector", "system:serviceaccount:team-a:ray-worker"],
+        "history-maintainer": ["system:serviceaccount:ray-system:ray-history-gc"],
+    }
+    mocks = RecordingMocks.install()
+    _policies_for(
+        mocks,
+        writers=[*WRITERS, GC],
+        identity_mode="pod-identity",
+        cluster_name="demo-eks",
+        oidc_provider_arn=None,
+        oidc_issuer_url=None,
+    )
+    associations = {
+        (a.inputs["namespace"], a.inputs["serviceAccount"]): a.inputs["roleArn"].rsplit("/", 1)[1]
+        for a in mocks.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    }
+    assert associations == {
+        ("ray-system", "ray-history-server"): "history-server",
+        ("ray", "ray-collector"): "history-writer",
+        ("team-a", "ray-worker"): "history-writer",
+        ("ray-system", "ray-history-gc"): "history-maintainer",
+    }
+
+
 @settled
-def test_writers_maintain_indexes_and_the_wiring_carries_the_mode(mocks: RecordingMocks) -> pulumi.Output[None]:
-    """Writers may delete anywhere under the root, the shared indexes included (the retention job)."""
-    storage = _storage(shared_index="write")
+def test_only_the_gc_job_maintains_indexes_and_the_wiring_carries_the_mode(
+    mocks: RecordingMocks,
+) -> pulumi.Output[None]:
+    """Only the retention job's account (default maintainer, beside the server) may delete shared indexes."""
+    storage = _storage(shared_index="write", writers=[*WRITERS, GC])
 
     def check(_: object) -> None:
         assert storage.wiring.shared_index == "write"
-        assert storage.wiring.index_maintainers == ["ray/ray-collector", "team-a/ray-worker"]
-        assert "s3:DeleteObject" in json.dumps(_policy(mocks, "history-writer"))
+        assert storage.wiring.index_maintainers == ["ray-system/ray-history-gc"]
+        assert set(storage.wiring.writers) == {"ray/ray-collector", "team-a/ray-worker", "ray-system/ray-history-gc"}
+        assert storage.maintainer_role is not None
 
     return _done(storage).apply(check)
+
+
+def test_explicit_index_maintainers_must_be_writers() -> None:
+    with pytest.raises(
+        ValueError, match=re.escape("S3HistoryStorageArgs.index_maintainers: ['ray-system/ray-history-gc']")
+    ):
+        S3HistoryStorageArgs(identity_mode="pod-identity", cluster_name="c", writers=WRITERS, index_maintainers=[GC])
+    args = S3HistoryStorageArgs(
+        identity_mode="pod-identity", cluster_name="c", writers=[*WRITERS, GC], index_maintainers=[]
+    )
+    assert args.maintainers() == [] and args.collectors() == [*WRITERS, GC]
 
 
 def test_bad_shared_index_names_the_field() -> None:

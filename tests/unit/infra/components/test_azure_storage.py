@@ -390,3 +390,51 @@ def test_bad_shared_index_args_name_the_field(overrides: dict[str, Any], message
     }
     with pytest.raises(ValueError, match=re.escape(message)):
         AzureBlobHistoryStorageArgs(**settings)
+
+
+@pytest.mark.parametrize("mode", ["read", "write"])
+def test_account_scope_with_an_index_container_is_refused_for_collectors(mode: str) -> None:
+    """An account-scoped Storage Blob Data Contributor writes every container of the account
+    (the scope levels: https://learn.microsoft.com/azure/storage/blobs/assign-azure-role-data-access),
+    the shared-index container included: a collector credential (any job code in a team's pods)
+    could plant an index the server serves for another team's session. Refused, naming the field."""
+    with pytest.raises(
+        ValueError, match=re.escape(f"AzureBlobHistoryStorageArgs.role_scope='account' with shared_index={mode!r}")
+    ):
+        AzureBlobHistoryStorageArgs(
+            resource_group_name="rg",
+            account_name="rayhistory",
+            oidc_issuer_url=AKS_ISSUER,
+            writers=[*WRITERS, GC],
+            index_maintainers=[GC],
+            role_scope="account",
+            shared_index=mode,
+        )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "scope"),
+    [
+        ({"role_scope": "container", "shared_index": "write"}, "container"),
+        ({"role_scope": "container", "shared_index": "read"}, "container"),
+        ({"role_scope": "account", "shared_index": "off"}, "account"),
+        ({"role_scope": "account", "shared_index": "write", "writers": [GC]}, "maintainers only"),
+    ],
+)
+def test_collectors_never_reach_the_index_container(
+    mocks: RecordingMocks, overrides: dict[str, Any], scope: str
+) -> None:
+    """Every accepted combination: the collectors' identity is assigned roles on the history
+    container (or, with no index container, the account) and never on the index container; only
+    the maintainer's identity and the server's reach it."""
+    settings: dict[str, Any] = {"writers": [*WRITERS, GC], "index_maintainers": [GC], **overrides}
+    grants, containers, storage = _grants(mocks, **settings)
+    collectors = {name: where for name, (_, where) in grants.items() if name.startswith("history-writer")}
+    if scope == "maintainers only":
+        assert collectors == {} and storage.writer_identity is None
+    else:
+        assert set(collectors.values()) == {"ray-historyserver" if scope == "container" else "account"}
+    if "ray-history-index" in containers:
+        assert "account" not in collectors.values()
+        reaching = {name for name, (_, where) in grants.items() if where in ("ray-history-index", "account")}
+        assert all(name.startswith(("history-server", "history-maintainer")) for name in reaching), reaching

@@ -12,15 +12,28 @@ from ray_history_pulumi.contracts import ServiceAccountRef
 from ray_history_pulumi.gcp_storage import (
     INDEX_WRITER_ROLE,
     SERVER_ROLE,
+    WRITER_READ_ROLE,
     WRITER_ROLE,
     GcsHistoryStorage,
     GcsHistoryStorageArgs,
     workload_identity_principal,
 )
+from runtime.storage.layout import ClusterRef, KeyLayout
 from tests.unit.infra.mocks import GCP_PROJECT_NUMBER, RecordingMocks, settled
 
 WRITERS = [ServiceAccountRef("ray", "ray-collector"), ServiceAccountRef("team-a", "ray-worker")]
 SERVER = ServiceAccountRef("ray-system", "ray-history-server")
+#: The retention job's account beside the server: the default index maintainer.
+GC = ServiceAccountRef("ray-system", "ray-history-gc")
+_CLAUSE = re.compile(r'^resource\.name\.startsWith\("([^"]+)"\)$')
+
+
+def condition_allows(expression: str, resource_name: str) -> bool:
+    """Evaluate the IAM condition expressions these components write: ``resource.name.startsWith("...")``
+    clauses joined by ``||``. Anything else fails the test (the evaluator would be wrong)."""
+    clauses = [_CLAUSE.match(clause) for clause in expression.split(" || ")]
+    assert all(clauses), f"unexpected CEL in {expression!r}"
+    return any(resource_name.startswith(m.group(1)) for m in clauses if m)
 
 
 @pytest.fixture
@@ -91,10 +104,12 @@ def test_writers_get_object_user_and_server_read_only(mocks: RecordingMocks) -> 
         )
         assert grants == {
             (f"{prefix}/ns/ray/sa/ray-collector", WRITER_ROLE, bucket),
+            (f"{prefix}/ns/ray/sa/ray-collector", WRITER_READ_ROLE, bucket),
             (f"{prefix}/ns/team-a/sa/ray-worker", WRITER_ROLE, bucket),
+            (f"{prefix}/ns/team-a/sa/ray-worker", WRITER_READ_ROLE, bucket),
             (f"{prefix}/ns/ray-system/sa/ray-history-server", SERVER_ROLE, bucket),
         }
-        assert SERVER_ROLE == "roles/storage.objectViewer"
+        assert SERVER_ROLE == WRITER_READ_ROLE == "roles/storage.objectViewer"
         assert WRITER_ROLE == "roles/storage.objectUser"
         # No authoritative policy resources that would wipe other grants.
         assert not mocks.of_type("gcp:storage/bucketIAMPolicy:BucketIAMPolicy")
@@ -207,7 +222,14 @@ def _iam(mocks: RecordingMocks, **overrides: object) -> list[dict[str, object]]:
 
     program()  # the conditional grant registers once the bucket's name resolves
     for r in mocks.of_type("gcp:storage/bucketIAMMember:BucketIAMMember"):
-        captured.append({"name": r.name, "role": r.inputs["role"], "condition": r.inputs.get("condition")})
+        captured.append(
+            {
+                "name": r.name,
+                "member": r.inputs["member"].split("/subject/")[1],
+                "role": r.inputs["role"],
+                "condition": r.inputs.get("condition"),
+            }
+        )
     return captured
 
 
@@ -222,8 +244,12 @@ def test_write_adds_a_grant_conditioned_on_the_index_prefix(mocks: RecordingMock
     (https://cloud.google.com/storage/docs/access-control/iam#conditions,
     https://cloud.google.com/iam/docs/conditions-attribute-reference#resource-name).
     objectViewer stays unconditional for reads."""
-    grants = _iam(mocks, bucket_name="my-ray-history", root_dir=root_dir, shared_index="write")
-    server = {g["name"]: g for g in grants if str(g["name"]).startswith("history-server")}
+    grants = _iam(mocks, bucket_name="my-ray-history", root_dir=root_dir, shared_index="write", writers=[])
+    server = {
+        g["name"]: {k: v for k, v in g.items() if k != "member"}
+        for g in grants
+        if str(g["name"]).startswith("history-server")
+    }
     assert server == {
         "history-server-ray-system-ray-history-server": {
             "name": "history-server-ray-system-ray-history-server",
@@ -241,31 +267,115 @@ def test_write_adds_a_grant_conditioned_on_the_index_prefix(mocks: RecordingMock
         },
     }
     assert INDEX_WRITER_ROLE == "roles/storage.objectUser"
-    # Writers keep their unconditional grant.
-    assert all(g["condition"] is None for g in grants if str(g["name"]).startswith("history-writer"))
 
 
 @pytest.mark.parametrize("mode", ["off", "read"])
 def test_read_and_off_grant_the_server_no_write(mocks: RecordingMocks, mode: str) -> None:
     """Least privilege: only ``write`` adds a grant; the server keeps objectViewer alone."""
     grants = _iam(mocks, shared_index=mode)
-    assert [(g["role"], g["condition"]) for g in grants if str(g["name"]).startswith("history-server")] == [
+    assert [(g["role"], g["condition"]) for g in grants if g["member"] == "ns/ray-system/sa/ray-history-server"] == [
         (SERVER_ROLE, None)
     ]
 
 
 @settled
-def test_wiring_carries_the_mode_and_every_writer_maintains_indexes(mocks: RecordingMocks) -> pulumi.Output[None]:
-    """Writers hold objectUser on the whole bucket: they (the retention job among them) may
-    delete shared indexes already."""
-    storage = _storage(shared_index="write")
+def test_wiring_carries_the_mode_and_only_the_gc_job_maintains_indexes(mocks: RecordingMocks) -> pulumi.Output[None]:
+    """Only the retention job's account (the default maintainer, beside the server) may delete
+    shared indexes; the collectors' grants exclude them."""
+    storage = _storage(shared_index="write", writers=[*WRITERS, GC])
 
     def check(_: object) -> None:
         assert storage.wiring.shared_index == "write"
         assert storage.wiring.index_container is None
-        assert storage.wiring.index_maintainers == ["ray/ray-collector", "team-a/ray-worker"]
+        assert storage.wiring.index_maintainers == ["ray-system/ray-history-gc"]
+        assert set(storage.wiring.writers) == {"ray/ray-collector", "team-a/ray-worker", "ray-system/ray-history-gc"}
 
     return pulumi.Output.all(*storage.members.values()).apply(check)
+
+
+def _layout_keys(root_dir: str, namespace: str) -> dict[str, str]:
+    """Keys a collector of ``namespace`` writes, and the shared index of its session, built by
+    the runtime's own layout (``runtime/storage/layout.py``)."""
+    layout = KeyLayout(root_dir)
+    session = "session_2024-01-01_00-00-00_000000_1"
+    bare = ClusterRef(namespace, "raycluster-x")
+    job = ClusterRef(namespace, "raycluster-y", owner_kind="rayjob", owner_name="job-1")
+    serve = ClusterRef(namespace, "raycluster-z", owner_kind="rayservice", owner_name="svc-1")
+    node = "a" * 56
+    return {
+        "log": layout.log_key(bare, session, node, "raylet.out"),
+        "job-log": layout.log_key(job, session, node, "worker.log"),
+        "serve-events": layout.node_events_key(serve, session, node, f"{node}-2024-01-01-00-1.jsonl"),
+        "ended": layout.session_ended_key(bare, session),
+        "marker": layout.marker_key(bare, session),
+        "job-marker": layout.marker_key(job, session),
+        "serve-marker": layout.marker_key(serve, session),
+        "index": layout.index_keys(bare, session, "v1-s1", "f" * 64)[0],
+        "job-index": layout.index_keys(job, session, "v1-s1", "f" * 64)[1],
+    }
+
+
+@pytest.mark.parametrize("root_dir", ["", "prod/ray"])
+def test_collectors_write_only_their_namespace_never_shared_indexes(mocks: RecordingMocks, root_dir: str) -> None:
+    """A collector credential (any job code in that team's pods has it) may create, overwrite and
+    delete only its own namespace's history and markers: not another team's sessions, and not
+    ``ROOT/history-index/``, so it cannot plant an index the server serves for another team
+    (/tmp/review_bucket/test_writer_grants.py, test_shared_index_forgery.py).
+
+    Encoded behaviour: a conditional binding applies only where its expression is true, and
+    Cloud Storage names an object ``projects/_/buckets/BUCKET/objects/KEY`` and the bucket
+    ``projects/_/buckets/BUCKET`` in ``resource.name``
+    (https://cloud.google.com/storage/docs/access-control/iam#conditions,
+    https://cloud.google.com/iam/docs/conditions-attribute-reference#resource-name). Listing is a
+    bucket-level call: it comes from the collector's unconditional objectViewer, as before."""
+    writers = [ServiceAccountRef("team-a", "ray-worker"), ServiceAccountRef("team-b", "ray-worker"), GC]
+    grants = _iam(mocks, bucket_name="hist", root_dir=root_dir, shared_index="write", writers=writers)
+    objects = "projects/_/buckets/hist/objects/"
+    by_member: dict[str, list[dict[str, object]]] = {}
+    for g in grants:
+        by_member.setdefault(str(g["member"]), []).append(g)
+    for team, other in (("team-a", "team-b"), ("team-b", "team-a")):
+        mine = by_member[f"ns/{team}/sa/ray-worker"]
+        assert sorted((g["role"], g["condition"] is None) for g in mine) == [
+            (WRITER_ROLE, False),
+            (WRITER_READ_ROLE, True),
+        ]
+        (write,) = [g for g in mine if g["role"] == WRITER_ROLE]
+        condition = write["condition"]
+        assert isinstance(condition, dict)
+        assert condition["title"] == "own-namespace-only"
+        expression = str(condition["expression"])
+        own, foreign = _layout_keys(root_dir, team), _layout_keys(root_dir, other)
+        for what in ("log", "job-log", "serve-events", "ended", "marker", "job-marker", "serve-marker"):
+            assert condition_allows(expression, objects + own[what]), (team, what, own[what])
+            assert not condition_allows(expression, objects + foreign[what]), (team, what, foreign[what])
+        for what in ("index", "job-index"):
+            assert not condition_allows(expression, objects + own[what]), (team, what)
+            assert not condition_allows(expression, objects + foreign[what]), (team, what)
+        # A namespace that only starts with this one is another namespace.
+        longer = _layout_keys(root_dir, f"{team}-x")
+        assert not condition_allows(expression, objects + longer["log"])
+        assert not condition_allows(expression, objects + longer["marker"])
+        assert not condition_allows(expression, "projects/_/buckets/hist")
+        # ``python -m runtime.storage check`` with the collector's account still writes its probes.
+        probe = f"{root_dir}/_selfcheck/abc/probe" if root_dir else "_selfcheck/abc/probe"
+        assert condition_allows(expression, objects + probe)
+    # The retention job deletes every namespace's sessions and their indexes: unconditional.
+    assert [(g["role"], g["condition"]) for g in by_member["ns/ray-system/sa/ray-history-gc"]] == [(WRITER_ROLE, None)]
+    # Nothing but the gc job and the server's index grant holds objectUser without a namespace condition.
+    unconditional_users = {g["member"] for g in grants if g["role"] == WRITER_ROLE and g["condition"] is None}
+    assert unconditional_users == {"ns/ray-system/sa/ray-history-gc"}
+
+
+def test_explicit_index_maintainers_and_strangers(mocks: RecordingMocks) -> None:
+    """``index_maintainers`` names the unconditional writers; [] makes every writer a collector."""
+    grants = _iam(mocks, writers=[*WRITERS, GC], index_maintainers=[WRITERS[0]])
+    unconditional = {g["member"] for g in grants if g["role"] == WRITER_ROLE and g["condition"] is None}
+    assert unconditional == {"ns/ray/sa/ray-collector"}
+    with pytest.raises(
+        ValueError, match=re.escape("GcsHistoryStorageArgs.index_maintainers: ['ray-system/ray-history-gc']")
+    ):
+        GcsHistoryStorageArgs(project="p", location="US", writers=WRITERS, index_maintainers=[GC])
 
 
 def test_bad_shared_index_names_the_field() -> None:
