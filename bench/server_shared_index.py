@@ -92,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
                 size = index.stat().st_size
                 bucket = f"b-{uuid.uuid4().hex[:12]}"
                 emulator.create_bucket(bucket)
+                # The session's own objects bound what a download may decompress to.
+                with open_store(StorageConfig(backend="local", local_dir=str(store_dir))) as events_store:
+                    listing = list(events_store.walk(LAYOUT.session_prefix(CLUSTER, SESSION)))
                 with emulator.make_store(bucket) as store:
                     shared = SharedIndexes(store, LAYOUT, "write", ServerMetrics())
                     built_text = f", built in {built:.1f} s" if built is not None else ""
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                         upload = time.perf_counter() - started
                         dest = work / "fetched.sqlite"
                         started = time.perf_counter()
-                        ok = shared.fetch(CLUSTER, SESSION, events_fp, dest, lambda *_: None)
+                        ok = shared.fetch(CLUSTER, SESSION, events_fp, dest, lambda *_: None, listing=listing)
                         fetch = time.perf_counter() - started
                         if not ok:
                             raise SystemExit("download rejected")

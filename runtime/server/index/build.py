@@ -49,9 +49,18 @@ from runtime.server.index.shard_db import (
     split_ddl,
     write_shards,
 )
-from runtime.server.index.sources import Sources, classify, read_all, read_one, stream_lines
+from runtime.server.index.sources import (
+    Sources,
+    StreamCounts,
+    classify,
+    likely_size,
+    read_all,
+    read_one,
+    stream_lines,
+)
 from runtime.server.index.spill import remove_spill_files
 from runtime.server.index.tables import insert_actors, insert_jobs, insert_nodes
+from runtime.server.replay.decode import InflateLimitError
 from runtime.server.replay.jobs import merge_jobs, parse_snapshot
 from runtime.server.replay.log_events import LogEvents
 from runtime.server.replay.route import BUCKETS, Router
@@ -69,7 +78,6 @@ PARALLEL_MIN_BYTES = 24 * 1024 * 1024
 #: per task attempt, ~3 KB of events: a worker below it holds at most ~250 MiB).
 SPILL_ABOVE_BYTES = 512 * 1024 * 1024
 MAX_PROCESSES = 8
-GZIP_RATIO = 10
 _INSERT_LOG_EVENT = "INSERT OR REPLACE INTO log_events (job_id, ts, event_id, event_json) VALUES (?, ?, ?, ?)"
 
 
@@ -101,7 +109,7 @@ def build_index(
     sources = classify(listing, prefix)
     stats = BuildStats(files=len(sources.events))
     # JSON event objects compress ~10-16x: judge gzipped ones by their likely size.
-    estimate = sum(info.size * (GZIP_RATIO if info.key.endswith(".gz") else 1) for info in sources.events)
+    estimate = sum(likely_size(info) for info in sources.events)
     stats.processes = _processes(processes, estimate)
     spill = stats.processes > 0 and estimate > SPILL_ABOVE_BYTES * stats.processes
     build = _Build(store=store, sources=sources, stats=stats, out_path=out_path, session=session, progress=progress)
@@ -239,8 +247,9 @@ class _Build:
 
     def _stream(self, info: ObjectInfo, router: Router) -> None:
         """A big object, routed chunk by chunk (memory stays flat)."""
+        counts = StreamCounts()
         try:
-            for blob in stream_lines(self.store, info):
+            for blob in stream_lines(self.store, info, counts):
                 router.feed(blob)
                 if self.others:
                     self.replay.feed(self.others)
@@ -249,17 +258,24 @@ class _Build:
             logger.warning("cannot read %s: %s", info.key, exc)
             self.stats.unreadable_files += 1
             return
+        except InflateLimitError as exc:  # a bomb: what was routed before stays, as for a corrupt stream
+            logger.warning("%s: decompression bomb, the rest skipped: its gzip stream %s", info.key, exc)
+            self.stats.gzip_errors += 1
         except zlib.error as exc:
             logger.warning("%s: gzip stream is corrupt or truncated: %s", info.key, exc)
             self.stats.gzip_errors += 1
+        finally:
+            self.stats.bad_lines += counts.long_lines
         self.stats.event_bytes += info.size
 
     def _stream_log(self, info: ObjectInfo) -> None:
+        counts = StreamCounts()
         try:
-            for blob in stream_lines(self.store, info):
+            for blob in stream_lines(self.store, info, counts):
                 self.logs.feed(blob, new_file=False)
-        except (StorageError, OSError, zlib.error) as exc:
+        except (StorageError, OSError, zlib.error) as exc:  # InflateLimitError too
             logger.warning("cannot read %s: %s", info.key, exc)
+        self.logs.bad_lines += counts.long_lines
         self.logs.files += 1
 
     def _write_inline(self, shard: TaskShard | None) -> ShardResult:

@@ -61,6 +61,7 @@ from runtime.server.index.schema import (
     SCHEMA_VERSION,
 )
 from runtime.server.index.shared import SharedIndexes, install_index
+from runtime.server.index.sources import likely_size
 from runtime.server.index.temp_files import sweep_temp_files
 from runtime.storage.base import ObjectInfo, ObjectStore
 from runtime.storage.index_store import open_index_store
@@ -109,7 +110,9 @@ class IndexCache:
         self.shared: SharedIndexes | None = None
         if config.shared_index != "off":
             index_store = open_index_store(config.storage, config.shared_index_container, store)
-            self.shared = SharedIndexes(index_store, layout, config.shared_index, metrics)
+            self.shared = SharedIndexes(
+                index_store, layout, config.shared_index, metrics, cache_max_bytes=config.cache_max_bytes
+            )
         self.dir.mkdir(parents=True, exist_ok=True)
         sweep_temp_files(self.dir)
 
@@ -278,8 +281,11 @@ class IndexCache:
     ) -> None:
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.building")
         prefix = self.layout.session_prefix(cluster, session)
-        event_bytes = sum(info.size for info in listing if _is_event_key(info.key, prefix))
-        in_child = event_bytes > self.config.subprocess_build_bytes
+        events = [info for info in listing if _is_event_key(info.key, prefix)]
+        event_bytes = sum(info.size for info in events)
+        # By what the objects hold once read: a .gz one's stored size understates it
+        # (~10x; a bomb is cut at 100x, inflating no more than that, see sources.py).
+        in_child = sum(likely_size(info) for info in events) > self.config.subprocess_build_bytes
         mode = "subprocess" if in_child else "inline"
         started = time.perf_counter()
         try:

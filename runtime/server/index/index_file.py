@@ -17,6 +17,7 @@ import orjson
 
 from runtime.server.index import schema
 from runtime.server.index.fingerprint import fingerprints
+from runtime.server.index.reader import UNTRUSTED_SCHEMA
 from runtime.storage.base import ObjectInfo
 from runtime.storage.layout import ClusterRef
 from runtime.storage.session_keys import relative_key
@@ -57,6 +58,7 @@ def refresh_objects(path: Path, listing: Sequence[ObjectInfo], session_prefix: s
     _, objects_fp = fingerprints(listing, session_prefix)
     conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
     try:
+        conn.execute(UNTRUSTED_SCHEMA)
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("DELETE FROM objects")
         conn.executemany(INSERT_OBJECT, object_rows(listing, session_prefix))
@@ -72,6 +74,7 @@ def write_meta(path: Path, cluster: ClusterRef, session: str, prints: tuple[str,
     """Meta last, then WAL: a file with meta is a complete index."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
+        conn.execute(UNTRUSTED_SCHEMA)
         # No fsync of the freshly written file: the caller renames it into place and a
         # damaged index is rebuilt from storage, which stays the source of truth.
         conn.execute("PRAGMA synchronous = OFF")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -11,6 +12,10 @@ import orjson
 
 from runtime.server.index.schema import META_STATS
 from runtime.server.replay.task_detail import DetailRenderer
+
+#: On every connection: functions and virtual tables a view or trigger names never run
+#: (an index file may have been downloaded; its schema is checked then too).
+UNTRUSTED_SCHEMA = "PRAGMA trusted_schema = OFF"
 
 
 class SessionIndex:
@@ -23,6 +28,7 @@ class SessionIndex:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        self._conn.execute(UNTRUSTED_SCHEMA)
         # Many short queries: keep pages and a few MiB of cache per connection.
         self._conn.execute("PRAGMA cache_size = -8192")
         self._conn.execute("PRAGMA query_only = 1")
@@ -76,7 +82,8 @@ class SessionIndex:
     def store_computed(self, key: str, value: bytes) -> None:
         """Keep a derived result in the index file (best effort, shared by workers)."""
         try:
-            with sqlite3.connect(self.path, timeout=2.0) as conn:
+            with contextlib.closing(sqlite3.connect(self.path, timeout=2.0)) as conn, conn:
+                conn.execute(UNTRUSTED_SCHEMA)
                 conn.execute("INSERT OR REPLACE INTO computed (key, value) VALUES (?, ?)", (key, value))
         except sqlite3.Error:
             pass  # read-only cache dir or a concurrent rebuild: recomputed next time

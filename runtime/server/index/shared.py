@@ -8,8 +8,12 @@ shrinks about 14 times, so a download moves a fourteenth of the bytes; figures i
 (:mod:`.shared_manifest`). A reader fetches the manifest and checks it, streams the
 object with parallel ranged reads, hashing it in order and decompressing it into a temp
 file in the cache directory, and serves it only if every check passed (sha256 and size
-of the object, zstd's content checksum, the decompressed size, the file's own
-``meta``); anything else (absent, foreign, corrupt, truncated) means a local build.
+of the object, zstd's content checksum, the decompressed size, the file's schema, exactly
+this server's, and its own ``meta``); anything else (absent, foreign, corrupt,
+truncated, planted) means a local build. Objects under the prefix may be planted by
+less-trusted writers: the size an object may decompress to is bounded by the
+session's own stored inputs and ``--cache-max-size`` before a byte is fetched, and
+no SQL of the file's runs in the server (:mod:`.shared_manifest`).
 
 ``--shared-index``: ``read`` (the default) never writes; ``write`` also uploads after a
 build, in a thread of its own, and a refused upload is logged once per session and
@@ -44,6 +48,7 @@ from runtime.server.index.shared_manifest import (
     ManifestError,
     download_problem,
     index_file_problem,
+    index_size_bound,
     index_version,
     manifest_problem,
     read_meta,
@@ -97,13 +102,18 @@ class _BoundedWriter:
 class SharedIndexes:
     """Download and upload of one server's shared indexes (``mode`` read or write)."""
 
-    def __init__(self, store: ObjectStore, layout: KeyLayout, mode: str, metrics: ServerMetrics) -> None:
+    def __init__(
+        self, store: ObjectStore, layout: KeyLayout, mode: str, metrics: ServerMetrics, *, cache_max_bytes: int = 0
+    ) -> None:
+        """``cache_max_bytes``: ``--cache-max-size`` (0: unbounded), the most any
+        downloaded index may take."""
         if mode not in ("read", "write"):
             raise ValueError(f"shared index mode {mode!r}: read or write")
         self.store = store
         self.layout = layout
         self.mode = mode
         self.metrics = metrics
+        self.cache_max_bytes = cache_max_bytes
         self._guard = threading.Lock()
         self._warned: set[str] = set()  # sessions whose failed upload was logged at WARNING
         self._uploads: list[threading.Thread] = []
@@ -129,7 +139,7 @@ class SharedIndexes:
         """Put the verified shared index of these build inputs (``prints``: events and
         objects fingerprints) at ``path``; False when there is none usable."""
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.download")
-        if not self.fetch(cluster, session, prints[0], tmp, progress):
+        if not self.fetch(cluster, session, prints[0], tmp, progress, listing=listing):
             return False
         try:
             if read_meta(tmp).get(META_OBJECTS_FINGERPRINT) != prints[1]:
@@ -144,11 +154,19 @@ class SharedIndexes:
         return True
 
     def fetch(
-        self, cluster: ClusterRef, session: str, events_fingerprint: str, dest: Path, progress: ProgressCallback
+        self,
+        cluster: ClusterRef,
+        session: str,
+        events_fingerprint: str,
+        dest: Path,
+        progress: ProgressCallback,
+        *,
+        listing: Sequence[ObjectInfo],
     ) -> bool:
         """Download and verify the shared index into ``dest``; False (and ``dest``
         absent) when there is none or it is unusable. Storage errors are not raised:
-        a local build follows."""
+        a local build follows. ``listing``: the session's objects, which bound what
+        the index may decompress to (:func:`.shared_manifest.index_size_bound`)."""
         data_key, manifest_key = self.keys(cluster, session, events_fingerprint)
         try:
             raw = self.store.get_range(manifest_key, 0, MAX_MANIFEST_BYTES + 1)
@@ -161,7 +179,8 @@ class SharedIndexes:
             return False
         try:
             manifest = Manifest.parse(raw)
-            problem = manifest_problem(manifest, events_fingerprint)
+            bound = index_size_bound(listing, self.layout.session_prefix(cluster, session), self.cache_max_bytes)
+            problem = manifest_problem(manifest, events_fingerprint, bound)
             if problem is None:
                 problem = self._download(data_key, manifest, dest, progress)
             if problem is None:
@@ -199,7 +218,7 @@ class SharedIndexes:
             open(dest, "wb") as out,
             ThreadPoolExecutor(DOWNLOAD_THREADS, thread_name_prefix="index-fetch") as pool,
         ):
-            bounded = _BoundedWriter(out, manifest.index_size)
+            bounded = _BoundedWriter(out, manifest.index_size)  # bounded by the session: manifest_problem
             # The writer only calls write(): every decompressed byte is written as it comes.
             writer = zstandard.ZstdDecompressor().stream_writer(
                 cast("IO[bytes]", bounded), write_size=IO_CHUNK, closefd=False

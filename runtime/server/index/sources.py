@@ -5,6 +5,14 @@ listing order with at most ``2 * workers`` objects in flight, so memory stays
 bounded and a build is deterministic. Objects above ``STREAM_ABOVE`` bytes (the
 collector writes ~10k-event objects of a few MB, but other writers may not) are
 not prefetched: :func:`stream_lines` reads them in chunks, whole lines at a time.
+
+Writers are less trusted than the server, so what a ``.gz`` object inflates to is
+bounded (:func:`~runtime.server.replay.decode.inflate_allowance`: 100x its stored
+size, at least 1 MiB, at most 1 GiB): past it the object is a decompression bomb,
+skipped with a warning and counted as a gzip error (streamed, what was routed before
+stays, as for a corrupt stream). One is held whole only up to ``WHOLE_INFLATED_MAX``
+inflated bytes, else streamed; a streamed line over ``STREAM_MAX_LINE`` is dropped
+and counted as a bad line.
 """
 
 from __future__ import annotations
@@ -12,12 +20,12 @@ from __future__ import annotations
 import logging
 import zlib
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from runtime.server.index.fingerprint import is_jobs_snapshot, is_log_events
-from runtime.server.replay.decode import gunzip
+from runtime.server.replay.decode import INFLATE_STEP, InflateLimitError, gunzip, inflate_allowance
 from runtime.storage.base import ObjectInfo, ObjectStore
 from runtime.storage.errors import StorageError
 from runtime.storage.session_keys import JobEventFile, is_readable_event_file, parse_session_key, relative_key
@@ -26,6 +34,23 @@ logger = logging.getLogger(__name__)
 
 STREAM_ABOVE = 64 * 1024 * 1024
 STREAM_CHUNK = 16 * 1024 * 1024
+#: A ``.gz`` object read whole is held as at most this many inflated bytes (the
+#: collector's objects, 100 MiB + one 32 MiB request at most, fit twice); a bigger
+#: one, within its allowance, is streamed instead (read again, a chunk at a time).
+WHOLE_INFLATED_MAX = 256 * 1024 * 1024
+#: The longest line a stream keeps: the longest a plain object read whole can hold
+#: (so streamed and whole reads agree); the collector's lines are at most one
+#: request (32 MiB). A line still unfinished past it (checked between pieces, so
+#: one piece more may pass) is dropped, up to its newline, as a bad line.
+STREAM_MAX_LINE = STREAM_ABOVE
+#: JSON event objects compress ~10-16x: what a gzipped one likely inflates to, per
+#: stored byte (sizes the build: in-process or a child, task-shard workers, spilling).
+GZIP_RATIO = 10
+
+
+def likely_size(info: ObjectInfo) -> int:
+    """The bytes an event object likely holds once read (a ``.gz`` one inflated)."""
+    return info.size * GZIP_RATIO if info.key.endswith(".gz") else info.size
 
 
 @dataclass
@@ -42,6 +67,13 @@ class Read:
     data: bytes | None  # None: unreadable (or, with ``streamed``, not read yet)
     gzip_ok: bool = True
     streamed: bool = False  # big object: read it with stream_lines()
+
+
+@dataclass
+class StreamCounts:
+    """What :func:`stream_lines` dropped."""
+
+    long_lines: int = 0  # lines over STREAM_MAX_LINE
 
 
 def classify(listing: Sequence[ObjectInfo], prefix: str) -> Sources:
@@ -63,8 +95,10 @@ def classify(listing: Sequence[ObjectInfo], prefix: str) -> Sources:
 
 
 def read_one(store: ObjectStore, info: ObjectInfo, streaming: bool = False) -> Read:
-    """The whole object; with ``streaming``, objects above STREAM_ABOVE are left to
-    :func:`stream_lines` (``Read.streamed``)."""
+    """The whole object (a ``.gz`` one inflated); with ``streaming``, objects above
+    STREAM_ABOVE stored, or WHOLE_INFLATED_MAX inflated, are left to
+    :func:`stream_lines` (``Read.streamed``). A ``.gz`` object inflating past its
+    allowance is a bomb: ``b""`` with ``gzip_ok`` False."""
     if streaming and info.size > STREAM_ABOVE:
         return Read(info, None, streamed=True)
     try:
@@ -73,7 +107,14 @@ def read_one(store: ObjectStore, info: ObjectInfo, streaming: bool = False) -> R
         logger.warning("cannot read %s: %s", info.key, exc)
         return Read(info, None)
     if info.key.endswith(".gz"):
-        data, ok = gunzip(data)
+        allowance = inflate_allowance(info.size)
+        try:
+            data, ok = gunzip(data, min(allowance, WHOLE_INFLATED_MAX))
+        except InflateLimitError as exc:
+            if streaming and allowance > WHOLE_INFLATED_MAX:
+                return Read(info, None, streamed=True)  # too big to hold: streamed, its allowance still applies
+            logger.warning("%s: skipped as a decompression bomb, its gzip stream %s", info.key, exc)
+            return Read(info, b"", gzip_ok=False)  # counted as a gzip error and a bad line
         if not ok:
             logger.warning("%s: gzip stream is corrupt or truncated; using what decoded", info.key)
         return Read(info, data, ok)
@@ -98,16 +139,21 @@ def read_all(
         yield read
 
 
-def stream_lines(store: ObjectStore, info: ObjectInfo) -> Iterator[bytes]:
-    """A big object as blobs of whole lines (gunzipped by the ``.gz`` suffix). A
-    legacy JSON array cannot be split: it is yielded whole. Raises StorageError or
-    zlib.error like the underlying reads."""
-    inflate = _Gunzip().feed if info.key.endswith(".gz") else None
+def stream_lines(store: ObjectStore, info: ObjectInfo, counts: StreamCounts | None = None) -> Iterator[bytes]:
+    """A big object as blobs of whole lines (gunzipped by the ``.gz`` suffix, within
+    its inflate allowance). A legacy JSON array cannot be split: it is yielded whole.
+    A line over STREAM_MAX_LINE is dropped (counted in ``counts``). Raises
+    StorageError or zlib.error (InflateLimitError past the allowance) like the
+    underlying reads."""
+    pieces: Iterable[bytes] = store.iter_chunks(info.key, STREAM_CHUNK)
+    if info.key.endswith(".gz"):
+        pieces = _inflated(pieces, inflate_allowance(info.size))
     carry = b""
     array: list[bytes] | None = None
     started = False
-    for chunk in store.iter_chunks(info.key, STREAM_CHUNK):
-        data = inflate(chunk) if inflate is not None else chunk
+    skipping = False  # inside a line over STREAM_MAX_LINE: dropped up to its newline
+    for piece in pieces:
+        data = piece
         if not started and data.strip():
             started = True
             if data.lstrip()[:1] == b"[":
@@ -115,28 +161,51 @@ def stream_lines(store: ObjectStore, info: ObjectInfo) -> Iterator[bytes]:
         if array is not None:
             array.append(data)
             continue
+        if skipping:
+            end = data.find(b"\n")
+            if end < 0:
+                continue
+            data = data[end + 1 :]
+            skipping = False
         data = carry + data
         cut = data.rfind(b"\n") + 1
         carry = data[cut:]
         if cut:
             yield data[:cut]
+        if len(carry) > STREAM_MAX_LINE:
+            logger.warning("%s: dropping a line longer than %d bytes", info.key, STREAM_MAX_LINE)
+            carry, skipping = b"", True
+            if counts is not None:
+                counts.long_lines += 1
     if array is not None:
         yield b"".join(array)
     elif carry:
         yield carry
 
 
-class _Gunzip:
-    """Incremental gunzip across chunk and gzip-member boundaries."""
-
-    def __init__(self) -> None:
-        self._inflater = zlib.decompressobj(wbits=31)
-
-    def feed(self, chunk: bytes) -> bytes:
-        out = [self._inflater.decompress(chunk)]
-        while self._inflater.eof and self._inflater.unused_data:  # concatenated members
-            rest = self._inflater.unused_data.lstrip(b"\0")
-            self._inflater = zlib.decompressobj(wbits=31)
-            if rest:
-                out.append(self._inflater.decompress(rest))
-        return b"".join(out)
+def _inflated(chunks: Iterable[bytes], limit: int) -> Iterator[bytes]:
+    """Incremental gunzip across chunk and gzip-member boundaries, at most
+    INFLATE_STEP bytes at a time; InflateLimitError past ``limit`` bytes in all."""
+    inflater = zlib.decompressobj(wbits=31)
+    total = 0
+    for chunk in chunks:
+        pending = chunk
+        while True:
+            if inflater.eof:  # concatenated members (some writers pad them with NULs)
+                pending = (inflater.unused_data + pending).lstrip(b"\0")
+                if not pending:
+                    break
+                inflater = zlib.decompressobj(wbits=31)
+            piece = inflater.decompress(pending, INFLATE_STEP)
+            total += len(piece)
+            if total > limit:
+                raise InflateLimitError(f"inflates past {limit} bytes")
+            if piece:
+                yield piece
+            if inflater.eof:  # the rest is in unused_data (unconsumed_tail repeats it)
+                pending = b""
+                continue
+            pending = inflater.unconsumed_tail
+            # A full step may leave output inside zlib even with no input left.
+            if not pending and len(piece) < INFLATE_STEP:
+                break

@@ -193,11 +193,12 @@ def test_a_download_reports_its_bytes_and_refreshes_a_changed_object_list(
     _publish(tmp_path, store, sample)
     # A late log upload: same build inputs, one more object.
     store.put_bytes(LAYOUT.log_key(sample.cluster, sample.session, sample.node_id, "late.log"), b"late\n")
-    events_fp, _ = fingerprints(list(store.walk(sample.session_prefix)), sample.session_prefix)
+    listing = list(store.walk(sample.session_prefix))
+    events_fp, _ = fingerprints(listing, sample.session_prefix)
     shared = SharedIndexes(store, LAYOUT, "read", ServerMetrics())
     seen: list[tuple[str, int | None, int | None]] = []
     dest = tmp_path / "fetched.sqlite"
-    assert shared.fetch(sample.cluster, sample.session, events_fp, dest, lambda *p: seen.append(p))
+    assert shared.fetch(sample.cluster, sample.session, events_fp, dest, lambda *p: seen.append(p), listing=listing)
     size = store.stat(_keys(store, sample)[0]).size  # bytes moved: the compressed object
     assert seen[0] == (DOWNLOAD_PHASE, 0, size) and seen[-1] == (DOWNLOAD_PHASE, size, size)
     reader, metrics = _cache(tmp_path, store, "reader", "read")
@@ -226,10 +227,11 @@ def test_an_unreadable_downloaded_file_is_removed(tmp_path: Path, store: ObjectS
     _publish(tmp_path, store, sample)
     _not_an_index(store, _keys(store, sample)[0])
     dest = tmp_path / "fetched.sqlite"
-    events_fp, _ = fingerprints(list(store.walk(sample.session_prefix)), sample.session_prefix)
+    listing = list(store.walk(sample.session_prefix))
+    events_fp, _ = fingerprints(listing, sample.session_prefix)
     metrics = ServerMetrics()
     assert not SharedIndexes(store, LAYOUT, "read", metrics).fetch(
-        sample.cluster, sample.session, events_fp, dest, lambda *p: None
+        sample.cluster, sample.session, events_fp, dest, lambda *p: None, listing=listing
     )
     assert not dest.exists()
     with pytest.raises(sqlite3.Error):

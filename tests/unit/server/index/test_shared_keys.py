@@ -91,7 +91,7 @@ def _manifest(**changes: object) -> Manifest:
 def test_a_manifest_round_trips() -> None:
     manifest = _manifest()
     assert Manifest.parse(manifest.to_bytes()) == manifest
-    assert manifest_problem(manifest, FP) is None
+    assert manifest_problem(manifest, FP, 50) is None
     assert download_problem(manifest, hashlib.sha256(b"index").hexdigest(), 5, 50) is None
 
 
@@ -121,10 +121,12 @@ def test_malformed_manifests_are_refused(raw: bytes, what: str) -> None:
         (_manifest(sha256="XYZ"), "sha256"),
         (_manifest(size=0), "sizes"),
         (_manifest(index_size=-1), "sizes"),
+        (_manifest(index_size=51), "more than this session's index may take (50 bytes)"),
+        (_manifest(size=66_000, index_size=50), "cannot be a zstd index of 50 bytes"),
     ],
 )
 def test_foreign_manifests_are_refused(manifest: Manifest, what: str) -> None:
-    problem = manifest_problem(manifest, FP)
+    problem = manifest_problem(manifest, FP, 50)
     assert problem is not None and what in problem
 
 
