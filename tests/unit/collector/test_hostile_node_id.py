@@ -17,10 +17,9 @@ import pytest
 
 from runtime.collector import session_files
 from runtime.collector.app import Collector
-from runtime.collector.config import CollectorConfig
-from runtime.storage.config import StorageConfig
 from runtime.storage.local import LocalStore
-from tests.unit.collector.log_support import CLUSTER, NODE_A, NODE_B, make_session
+from tests.unit.collector.log_support import NODE_A, NODE_B, make_session
+from tests.unit.collector.test_shutdown import worker_config
 
 pytestmark = pytest.mark.hostile
 
@@ -70,17 +69,7 @@ def test_a_fifo_as_raylet_node_id_does_not_stop_the_collector(tmp_path: Path, ra
     (tmp_path / "bucket").mkdir()
     fifo = ray_root / "raylet_node_id"
     os.mkfifo(fifo)
-    cfg = CollectorConfig(
-        role="Worker",
-        cluster=CLUSTER,
-        storage=StorageConfig(backend="local", local_dir=str(tmp_path / "bucket")),
-        events_host="127.0.0.1",
-        events_port=0,
-        ray_tmp_root=ray_root,
-        event_data_dir=tmp_path / "spool",
-        enable_log_collector=False,
-        shutdown_deadline=2.0,
-    )
+    cfg = worker_config(tmp_path, ray_root, deadline=2.0)
     collector = Collector(cfg, LocalStore(tmp_path / "bucket"))
     stop = threading.Event()
     runner = threading.Thread(target=collector.run, args=(stop,), daemon=True)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -28,6 +29,11 @@ from tests.unit.collector.log_support import CLUSTER, NODE_A, SESSION_A, FlakySt
 from tests.unit.collector.samples import accepted_batches
 
 DEADLINE = 3.0
+
+
+def worker_config(tmp_path: Path, ray_root: Path, deadline: float) -> CollectorConfig:
+    """A worker's collector (no logs, no snapshots) on this test's bucket and spool."""
+    return replace(config(tmp_path, ray_root), role="Worker", enable_log_collector=False, shutdown_deadline=deadline)
 
 
 def config(tmp_path: Path, ray_root: Path) -> CollectorConfig:
@@ -155,17 +161,8 @@ def _worker_collector(tmp_path: Path) -> Collector:
     ray_root.mkdir()
     (ray_root / "raylet_node_id").write_text(NODE_A)
     (tmp_path / "bucket").mkdir()
-    cfg = CollectorConfig(
-        role="Worker",
-        cluster=CLUSTER,
-        storage=StorageConfig(backend="local", local_dir=str(tmp_path / "bucket")),
-        events_host="127.0.0.1",
-        events_port=0,
-        ray_tmp_root=ray_root,
-        event_data_dir=tmp_path / "spool",
-        enable_log_collector=False,
-        shutdown_deadline=5.0,  # the in-flight wait is then min(2, 5/4) = 1.25 s
-    )
+    # The in-flight wait is then min(2, 5/4) = 1.25 s.
+    cfg = worker_config(tmp_path, ray_root, deadline=5.0)
     return Collector(cfg, LocalStore(tmp_path / "bucket"))
 
 

@@ -22,15 +22,15 @@ with the cluster; ``az aks update --enable-azure-monitor-metrics`` creates the s
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 
 import pytest
 
 from infra import platform
 from ray_history_pulumi.metrics_managed import AZURE_POD_MONITOR_CRD
+from tests.unit.infra.kube_stub import stub_kubeconfig
 from tests.unit.infra.metrics_schemas import validate_scrape_object
 from tests.unit.infra.mocks import FAKE_KUBECONFIG, RecordingMocks
 from tests.unit.infra.test_config import stack_values
@@ -151,21 +151,8 @@ class _CrdApi(BaseHTTPRequestHandler):
 @pytest.fixture
 def crd_kubeconfig() -> Iterator[str]:
     _CrdApi.present, _CrdApi.seen = False, []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _CrdApi)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "stub", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
-        "users": [{"name": "stub", "user": {"token": "stub-token"}}],
-        "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "stub"}}],
-        "current-context": "stub",
-    }
-    try:
-        yield json.dumps(config)
-    finally:
-        server.shutdown()
-        server.server_close()
+    with stub_kubeconfig(_CrdApi) as kubeconfig:
+        yield kubeconfig
 
 
 def test_addon_check_reads_the_crd_the_addon_installs(crd_kubeconfig: str) -> None:

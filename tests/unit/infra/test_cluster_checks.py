@@ -8,14 +8,14 @@ the object, or a 404 ``Status``.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 
 import pytest
 
 from infra.cluster_checks import STACK_ANNOTATION, ClusterRoleTakenError, check_cluster_role_free, cluster_role_owner
+from tests.unit.infra.kube_stub import stub_kubeconfig
 from tests.unit.infra.test_config import stack_values
 from tests.unit.infra.test_program import deploy_with
 
@@ -68,22 +68,8 @@ def _role(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any
 @pytest.fixture
 def kubeconfig() -> Iterator[str]:
     _RbacApi.roles, _RbacApi.seen = {}, []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _RbacApi)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "stub", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
-        "users": [{"name": "stub", "user": {"token": "stub-token"}}],
-        "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "stub"}}],
-        "current-context": "stub",
-    }
-    try:
-        yield json.dumps(config)
-    finally:
-        server.shutdown()
-        server.server_close()
+    with stub_kubeconfig(_RbacApi) as config:
+        yield config
 
 
 def test_owner_of_a_missing_own_and_foreign_role(kubeconfig: str) -> None:
