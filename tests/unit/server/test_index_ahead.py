@@ -47,14 +47,15 @@ class World:
     sessions: StoredSessions
     gone: StoredSample
 
-    def ahead(self, workers: int = 1) -> IndexAhead:
+    def ahead(self, workers: int = 1, clock: Callable[[], float] = lambda: NOW, **options: float) -> IndexAhead:
         return IndexAhead(
             self.cache,
             lambda: self.sessions.current(refresh=True),
             self.live,
             workers=workers,
             max_age=MAX_AGE,
-            clock=lambda: NOW,
+            clock=clock,
+            **options,
         )
 
 
@@ -161,15 +162,7 @@ def test_liveness_unknown_a_quiet_session_is_finished(world: World, monkeypatch:
         return walk(prefix)
 
     monkeypatch.setattr(world.store, "walk", counting_walk)
-    ahead = IndexAhead(
-        world.cache,
-        lambda: world.sessions.current(refresh=True),
-        world.live,
-        workers=1,
-        max_age=MAX_AGE,
-        quiet=600.0,
-        clock=lambda: clock[0],
-    )
+    ahead = world.ahead(clock=lambda: clock[0], quiet=600.0)
     assert _names(ahead.candidates()) == [(DEMO.name, OLDER)], "written a minute ago: may be running"
     listed = len(walks)
     assert listed == 2, "one listing for each newest session of its cluster"
@@ -298,14 +291,7 @@ def test_what_is_noted_about_a_session_goes_with_it(world: World) -> None:
     is kept, so a server running for months holds notes on the sessions it may index only."""
     world.live.available = False  # liveness unknown: markers and listings are consulted
     clock = [NOW]
-    ahead = IndexAhead(
-        world.cache,
-        lambda: world.sessions.current(refresh=True),
-        world.live,
-        workers=1,
-        max_age=MAX_AGE,
-        clock=lambda: clock[0],
-    )
+    ahead = world.ahead(clock=lambda: clock[0])
     ahead.candidates()
     gone_key = ("default", GONE.name, SESSION_A)
     assert gone_key in ahead._marker_checks and gone_key in ahead._quiet_checks
