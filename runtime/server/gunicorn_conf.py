@@ -24,6 +24,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -45,6 +46,9 @@ GRACEFUL_TIMEOUT = 25
 KEEPALIVE = 75
 PROBE_PATHS = frozenset({"/livez", "/readz", "/metrics"})
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: Query parameters that carry a credential: the OIDC callback's authorization code and
+#: state (and a token some client may put in a URL). Their values never reach the access log.
+_SECRET_PARAM = re.compile(r"((?:^|[?&;])(?:code|state|token|access_token|id_token)=)[^&;\s\"]*", re.IGNORECASE)
 _created_metrics_dir: str | None = None
 
 
@@ -65,6 +69,18 @@ class GunicornLogger(glogging.Logger):  # type: ignore[misc]
         if environ.get("PATH_INFO") in PROBE_PATHS and getattr(resp, "status_code", 200) < 400:
             return  # kubelet probes and scrapes every few seconds: noise
         super().access(resp, req, environ, request_time)
+
+    def atoms(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> dict[str, Any]:
+        """gunicorn's fields, with credential values in URLs redacted (the OIDC callback's
+        ``code`` and ``state``; tokens are never logged in the clear)."""
+        atoms: dict[str, Any] = super().atoms(resp, req, environ, request_time)
+        # Every field: a URL is also in the referer and in gunicorn's "{name}e" environ fields.
+        return {name: redact_url(value) if isinstance(value, str) else value for name, value in atoms.items()}
+
+
+def redact_url(text: str) -> str:
+    """``text`` with the values of credential query parameters replaced by ``REDACTED``."""
+    return _SECRET_PARAM.sub(r"\1REDACTED", text)
 
 
 class ThreadWorker(HeadFirstThreadWorker):

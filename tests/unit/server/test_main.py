@@ -13,7 +13,7 @@ import pytest
 from runtime.common.quantities import parse_quantity
 from runtime.server import options
 from runtime.server.config import LiveClusterURL
-from runtime.server.gunicorn_conf import bind_address, settings
+from runtime.server.gunicorn_conf import GunicornLogger, bind_address, redact_url, settings
 from runtime.server.options import build_parser, load_config
 from runtime.storage.config import StorageConfig
 
@@ -256,3 +256,32 @@ def test_module_entry_point_help() -> None:
         [sys.executable, "-m", "runtime.server.main", "--help"], capture_output=True, text=True, timeout=60, check=True
     )
     assert "--live-cluster" in out.stdout and "--cache-max-size" in out.stdout
+
+
+def test_the_access_log_never_holds_the_login_code_or_state(caplog: pytest.CaptureFixture[str]) -> None:
+    """The OIDC callback's URL carries the authorization code and state: gunicorn's access
+    log wrote them as they came (request line, and the referer of the next request)."""
+    import datetime
+    import types
+
+    from gunicorn.config import Config  # type: ignore[import-untyped]
+
+    assert redact_url("GET /oauth2/callback?state=s3cr3t&code=abc.def HTTP/1.1") == (
+        "GET /oauth2/callback?state=REDACTED&code=REDACTED HTTP/1.1"
+    )
+    assert redact_url("/api/v0/tasks?limit=10&filter_keys=state") == "/api/v0/tasks?limit=10&filter_keys=state"
+    log = GunicornLogger(Config())
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "RAW_URI": "/oauth2/callback?code=SECRETCODE&state=SECRETSTATE",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "PATH_INFO": "/oauth2/callback",
+        "QUERY_STRING": "code=SECRETCODE&state=SECRETSTATE",
+        "HTTP_REFERER": "https://h/oauth2/callback?code=SECRETCODE",
+    }
+    resp = types.SimpleNamespace(status="302 Found", sent=0, headers=[])
+    atoms = log.atoms(resp, types.SimpleNamespace(headers=[("Referer", environ["HTTP_REFERER"])]), environ,
+                      datetime.timedelta(seconds=0))  # fmt: skip
+    text = " ".join(str(value) for value in atoms.values())
+    assert "SECRETCODE" not in text and "SECRETSTATE" not in text, text
+    assert atoms["r"] == "GET /oauth2/callback?code=REDACTED&state=REDACTED HTTP/1.1"
