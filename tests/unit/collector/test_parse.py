@@ -270,3 +270,19 @@ def test_a_job_id_is_filed_only_when_a_storage_key_can_hold_it(job: str, filed: 
     assert filed == expected
     [(target, _line)] = lines_of(parse_batch(orjson.dumps([item])))
     assert target.job == filed
+
+
+def test_small_and_large_batches_are_parsed_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's usual batch (about 1 MiB) is decoded whole, a larger one element by element:
+    the same body gives the same spool lines and refusals either way."""
+    from runtime.collector.events import parse
+
+    items: list[object] = [event(), {"eventType": "NOT_A_RAY_EVENT"}, 3, None, {**event(), "x": ["]", ","]}]
+    body = orjson.dumps(items * 50)
+    whole = parse_batch(body)
+    monkeypatch.setattr(parse, "WHOLE_DECODE_MAX", 0)
+    piecewise = parse_batch(body)
+    assert (whole.accepted, whole.groups, whole.rejected) == (piecewise.accepted, piecewise.groups, piecewise.rejected)
+    assert whole.accepted == 100 and len(whole.rejected) == 150
+    with pytest.raises(BatchRejected):
+        parse_batch(b"[1, 2")
