@@ -8,6 +8,22 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class JsonApiHandler(BaseHTTPRequestHandler):
+    """A stand-in API server's handler: JSON answers, no request log."""
+
+    def send_json(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *_: Any) -> None:
+        pass
 
 
 @contextmanager

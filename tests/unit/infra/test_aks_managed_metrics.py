@@ -21,16 +21,14 @@ with the cluster; ``az aks update --enable-azure-monitor-metrics`` creates the s
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 
 import pytest
 
 from infra import platform
 from ray_history_pulumi.metrics_managed import AZURE_POD_MONITOR_CRD
-from tests.unit.infra.kube_stub import stub_kubeconfig
+from tests.unit.infra.kube_stub import JsonApiHandler, stub_kubeconfig
 from tests.unit.infra.metrics_schemas import validate_scrape_object
 from tests.unit.infra.mocks import FAKE_KUBECONFIG, RecordingMocks
 from tests.unit.infra.test_config import stack_values
@@ -125,11 +123,11 @@ def test_existing_aks_cluster_with_the_addon_gets_the_pod_monitor(monkeypatch: p
     assert monitor.inputs["metadata"]["name"] == "ray-nodes"
 
 
-class _CrdApi(BaseHTTPRequestHandler):
+class _CrdApi(JsonApiHandler):
     present: ClassVar[bool] = False
     seen: ClassVar[list[str]] = []
 
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 - http.server's dispatch name
         self.seen.append(self.path)
         expected = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{AZURE_POD_MONITOR_CRD}"
         body: dict[str, Any]
@@ -137,15 +135,7 @@ class _CrdApi(BaseHTTPRequestHandler):
             code, body = 200, {"kind": "CustomResourceDefinition", "metadata": {"name": AZURE_POD_MONITOR_CRD}}
         else:
             code, body = 404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404}
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *_: Any) -> None:
-        pass
+        self.send_json(code, body)
 
 
 @pytest.fixture

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 
 import pytest
 
 from infra.cluster_checks import STACK_ANNOTATION, ClusterRoleTakenError, check_cluster_role_free, cluster_role_owner
-from tests.unit.infra.kube_stub import stub_kubeconfig
+from tests.unit.infra.kube_stub import JsonApiHandler, stub_kubeconfig
 from tests.unit.infra.test_config import stack_values
 from tests.unit.infra.test_program import deploy_with
 
@@ -23,11 +22,11 @@ PREFIX = "/apis/rbac.authorization.k8s.io/v1/clusterroles/"
 SETTING = "ray-history-server:historyServer.clusterRoleName"
 
 
-class _RbacApi(BaseHTTPRequestHandler):
+class _RbacApi(JsonApiHandler):
     roles: ClassVar[dict[str, dict[str, Any]]] = {}
     seen: ClassVar[list[tuple[str, str]]] = []
 
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 - http.server's dispatch name
         self.seen.append((self.path, self.headers.get("Authorization", "")))
         name = self.path.removeprefix(PREFIX).split("?", 1)[0]
         if self.path.startswith(PREFIX) and name in self.roles:
@@ -47,15 +46,7 @@ class _RbacApi(BaseHTTPRequestHandler):
             )
 
     def _send(self, code: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *_: Any) -> None:
-        pass
+        self.send_json(code, body)
 
 
 def _role(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
