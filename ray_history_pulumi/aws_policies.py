@@ -65,6 +65,7 @@ def bucket_access_policy(
     kms_key_arn: str | None = None,
     index_write: bool = False,
     deny_index_write: bool = False,
+    write_prefixes: Sequence[str] | None = None,
 ) -> str:
     """Least-privilege S3 policy on one bucket's history prefix: read-only for the server,
     read/write for writers; with SSE-KMS, the key operations those S3 calls need.
@@ -79,6 +80,10 @@ def bucket_access_policy(
     :data:`INDEX_DENY_ACTIONS` on ``root_dir/history-index/*``: an explicit deny overrides
     the allow on ``root_dir/*`` (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_evaluation-logic.html),
     so a collector credential cannot plant, replace or delete a shared index.
+    ``write_prefixes`` (a collector namespace's role: its own namespace's key prefixes and the
+    storage check's probe prefix) keeps reads on ``root_dir/*`` but allows the writer's
+    create, replace and delete actions only on ``bucket/PREFIX*`` for each prefix, so one
+    team's collector credential cannot change another team's history.
     """
     root = root_dir.strip("/")
     object_arn = f"{bucket_arn}/{root}/*" if root else f"{bucket_arn}/*"
@@ -93,12 +98,23 @@ def bucket_access_policy(
     statements: list[dict[str, Any]] = [
         list_statement,
         {
-            "Sid": "WriteHistoryObjects" if write else "ReadHistoryObjects",
+            "Sid": "WriteHistoryObjects" if write and write_prefixes is None else "ReadHistoryObjects",
             "Effect": "Allow",
-            "Action": WRITER_OBJECT_ACTIONS if write else SERVER_OBJECT_ACTIONS,
+            "Action": WRITER_OBJECT_ACTIONS if write and write_prefixes is None else SERVER_OBJECT_ACTIONS,
             "Resource": object_arn,
         },
     ]
+    if write and write_prefixes is not None:
+        if not write_prefixes or any(not p or not p.startswith(f"{root}/" if root else "") for p in write_prefixes):
+            raise ValueError(f"write_prefixes={list(write_prefixes)!r}: one or more key prefixes under {root!r}")
+        statements.append(
+            {
+                "Sid": "WriteOwnNamespaceObjects",
+                "Effect": "Allow",
+                "Action": [a for a in WRITER_OBJECT_ACTIONS if a not in SERVER_OBJECT_ACTIONS],
+                "Resource": [f"{bucket_arn}/{prefix}*" for prefix in write_prefixes],
+            }
+        )
     if index_write:
         statements.append(
             {

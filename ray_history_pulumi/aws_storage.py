@@ -2,13 +2,13 @@
 
 The bucket enforces bucket-owner object ownership (ACLs off), blocks every kind of public
 access, encrypts at rest (SSE-S3, or SSE-KMS with a given key) and optionally expires old
-history. IAM roles with least-privilege inline policies: collectors (read/write/multipart
-under the root, with an explicit ``Deny`` of writes and deletes on ``ROOT/history-index/*``),
-index maintainers (the retention job, which deletes sessions with their shared indexes: a
-role of its own, without that deny) and the server (``s3:GetObject`` + ``s3:ListBucket``;
-with ``shared_index="write"`` also ``s3:PutObject`` and the multipart calls on
-``ROOT/history-index/*`` only). The collectors of every namespace share one role: it may
-write any namespace's history (docs/security-model.md, "What is not"). Roles are assumed
+history. IAM roles with least-privilege inline policies: a role per collector namespace
+(reads under the root; writes, deletes and multipart uploads only under its own namespace's
+keys and the storage check's probe prefix, with an explicit ``Deny`` of writes and deletes on
+``ROOT/history-index/*`` besides), index maintainers (the retention job, which deletes
+sessions with their shared indexes: a role of its own, writing anywhere under the root) and
+the server (``s3:GetObject`` + ``s3:ListBucket``; with ``shared_index="write"`` also
+``s3:PutObject`` and the multipart calls on ``ROOT/history-index/*`` only). Roles are assumed
 either through IRSA (OIDC web identity) or EKS Pod Identity (one ``PodIdentityAssociation`` per
 service account).
 """
@@ -44,6 +44,8 @@ from ray_history_pulumi.contracts import (
 )
 from ray_history_pulumi.retention import RETENTION_SERVICE_ACCOUNT
 from ray_history_pulumi.storage_common import (
+    namespace_prefixes,
+    probe_prefix,
     resolve_index_maintainers,
     storage_env,
     validate_common,
@@ -72,6 +74,8 @@ __all__ = [
 IdentityMode = Literal["irsa", "pod-identity"]
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+#: The longest end of a role's logical name a shortened IAM name keeps (beside the hash).
+_KEEP_MAX = 20
 
 
 @dataclass
@@ -83,8 +87,8 @@ class S3HistoryStorageArgs:
             ``pod-identity`` (needs ``cluster_name``; the cluster needs the
             ``eks-pod-identity-agent`` add-on).
         writers: service accounts of Ray pods whose collector sidecar writes history, and the
-            index maintainers. The collectors share one role, which may not write or delete
-            under ``ROOT/history-index/``.
+            index maintainers. The collectors of one namespace share a role, which writes and
+            deletes only that namespace's keys (never under ``ROOT/history-index/``).
         server: the history server's service account (read-only).
         index_maintainers: writers that delete sessions together with their shared indexes
             (the retention job's account): a role of their own, writes and deletes anywhere
@@ -173,8 +177,10 @@ class S3HistoryStorage(pulumi.ComponentResource):
 
     Attributes:
         bucket: the ``aws.s3.Bucket``; ``bucket_name`` its name.
-        writer_role / maintainer_role / server_role: the ``aws.iam.Role`` s (the collectors',
-            the index maintainers', the server's; the first two only if there are such writers).
+        writer_roles: the collectors' ``aws.iam.Role`` by namespace: each reads the whole root
+            but writes and deletes only its own namespace's keys (and the storage check's probes).
+        maintainer_role / server_role: the index maintainers' (None without such writers) and
+            the server's ``aws.iam.Role``.
         wiring: what the Kubernetes components need (:class:`StorageWiring`).
     """
 
@@ -198,9 +204,17 @@ class S3HistoryStorage(pulumi.ComponentResource):
         self.ready: dict[str, list[pulumi.Resource]] = {}
         self.server_role = self._role(name, "server", [args.server], args, write=False)
         collectors, maintainers = args.collectors(), args.maintainers()
-        self.writer_role = self._role(name, "writer", collectors, args, write=True) if collectors else None
+        # A role per collector namespace, writing under that namespace's keys only: one
+        # team's credential (any job in its Ray pods holds it) cannot change another's history.
+        by_namespace: dict[str, list[ServiceAccountRef]] = {}
+        for sa in collectors:
+            by_namespace.setdefault(sa.namespace, []).append(sa)
+        self.writer_roles = {
+            namespace: self._role(name, "writer", accounts, args, write=True, namespace=namespace)
+            for namespace, accounts in by_namespace.items()
+        }
         self.maintainer_role = self._role(name, "maintainer", maintainers, args, write=True) if maintainers else None
-        role_of = {writer_key(sa): self.writer_role for sa in collectors}
+        role_of = {writer_key(sa): self.writer_roles[sa.namespace] for sa in collectors}
         role_of.update({writer_key(sa): self.maintainer_role for sa in maintainers})
 
         env = storage_env(
@@ -222,7 +236,7 @@ class S3HistoryStorage(pulumi.ComponentResource):
             {
                 "bucket_name": self.bucket.bucket,
                 "server_role_arn": self.server_role.arn,
-                "writer_role_arn": self.writer_role.arn if self.writer_role else None,
+                "writer_role_arns": {namespace: role.arn for namespace, role in self.writer_roles.items()},
                 "maintainer_role_arn": self.maintainer_role.arn if self.maintainer_role else None,
             }
         )
@@ -308,9 +322,25 @@ class S3HistoryStorage(pulumi.ComponentResource):
         return [ownership.id, public_block.id, encryption.id, lifecycle.id, tls_only.id]
 
     def _role(
-        self, name: str, kind: str, accounts: Sequence[ServiceAccountRef], args: S3HistoryStorageArgs, *, write: bool
+        self,
+        name: str,
+        kind: str,
+        accounts: Sequence[ServiceAccountRef],
+        args: S3HistoryStorageArgs,
+        *,
+        write: bool,
+        namespace: str | None = None,
     ) -> aws.iam.Role:
+        """``namespace``: a collector namespace's role, writing under its keys only."""
         child = pulumi.ResourceOptions(parent=self)
+        role_name = f"{name}-{kind}-{namespace}" if namespace else f"{name}-{kind}"
+        # A shortened name keeps its namespace readable when that fits beside the hash.
+        keep = role_name.removeprefix(name) if len(role_name) - len(name) <= _KEEP_MAX else ""
+        write_prefixes = None
+        description = f"Ray history {kind}: {'read/write' if write else 'read-only'} access to one S3 bucket"
+        if namespace:
+            write_prefixes = [*namespace_prefixes(args.root_dir, namespace), probe_prefix(args.root_dir)]
+            description = f"Ray history {kind} for namespace {namespace}: reads one S3 bucket, writes its keys only"
         if args.identity_mode == "irsa":
             trust: pulumi.Input[str] = pulumi.Output.all(args.oidc_provider_arn, args.oidc_issuer_url).apply(
                 lambda a: irsa_trust_policy(str(a[0]), str(a[1]), accounts)
@@ -318,16 +348,16 @@ class S3HistoryStorage(pulumi.ComponentResource):
         else:
             trust = pod_identity_trust_policy()
         role = aws.iam.Role(
-            f"{name}-{kind}",
-            **name_args(f"{name}-{kind}", IAM_ROLE_NAME_MAX, keep=f"-{kind}"),
+            role_name,
+            **name_args(role_name, IAM_ROLE_NAME_MAX, keep=keep),
             assume_role_policy=trust,
-            description=f"Ray history {kind}: {'read/write' if write else 'read-only'} access to one S3 bucket",
+            description=description,
             tags=args.tags or None,
             opts=child,
         )
         policy = aws.iam.RolePolicy(
-            f"{name}-{kind}-s3",
-            **name_args(f"{name}-{kind}-s3", IAM_POLICY_NAME_MAX, keep=f"-{kind}-s3"),
+            f"{role_name}-s3",
+            **name_args(f"{role_name}-s3", IAM_POLICY_NAME_MAX, keep=f"{keep}-s3"),
             role=role.id,
             policy=pulumi.Output.all(self.bucket.arn, args.kms_key_arn).apply(
                 lambda a: bucket_access_policy(
@@ -337,6 +367,7 @@ class S3HistoryStorage(pulumi.ComponentResource):
                     kms_key_arn=a[1],
                     index_write=not write and args.shared_index == "write",
                     deny_index_write=kind == "writer",
+                    write_prefixes=write_prefixes,
                 )
             ),
             opts=child,

@@ -32,6 +32,7 @@ import pytest
 from botocore.awsrequest import AWSResponse
 
 from ray_history_pulumi.aws_policies import bucket_access_policy
+from ray_history_pulumi.storage_common import index_prefix, namespace_prefixes, probe_prefix
 from runtime.storage.base import ObjectStore
 from runtime.storage.config import StorageConfig, open_store
 from runtime.storage.errors import PermanentStorageError
@@ -127,11 +128,14 @@ def s3(emulator_pool: EmulatorPool) -> Emulator:
     return emulator_pool.get("s3")
 
 
-def policed_store(s3: Emulator, bucket: str, root: str, *, write: bool) -> tuple[ObjectStore, IamCheck]:
+def policed_store(
+    s3: Emulator, bucket: str, root: str, *, write: bool, write_prefixes: list[str] | None = None
+) -> tuple[ObjectStore, IamCheck]:
     """A store built as the binaries build theirs, behind the policy Pulumi gives them."""
     config = StorageConfig.from_env({**s3.env(bucket), "STORAGE_ROOT_DIR": root})
     store = open_store(config, retry=TEST_RETRY, check=False)
-    policy = json.loads(bucket_access_policy(f"arn:aws:s3:::{bucket}", write=write, root_dir=root))
+    arn = f"arn:aws:s3:::{bucket}"
+    policy = json.loads(bucket_access_policy(arn, write=write, root_dir=root, write_prefixes=write_prefixes))
     iam = IamCheck(policy, bucket)
     iam.install(store)
     return store, iam
@@ -175,6 +179,53 @@ def test_a_writer_checks_writes_and_deletes_under_its_root(s3: Emulator, seeded_
     assert iam.denied == [], iam.calls
 
 
+@pytest.mark.parametrize("root", ["prod", ""])
+def test_a_collector_writes_its_own_namespace_and_reads_but_never_changes_another(
+    s3: Emulator, seeded_bucket: str, root: str
+) -> None:
+    """A collector namespace's role (what ``S3HistoryStorage`` gives ``team-a``'s collectors)
+    under AWS's rules: an Allow statement applies when the request's resource matches one of
+    its ``Resource`` ARNs, and an object ARN ending in a key prefix and ``*`` scopes the
+    actions to the keys under it
+    (https://docs.aws.amazon.com/AmazonS3/latest/userguide/example-policies-s3.html,
+    https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_resource.html).
+    The collector uploads, lists and deletes its own sessions and markers and reads anyone's;
+    another team's session or marker, namespace ``team`` (a prefix of ``team-a``) and the
+    shared indexes are denied, so a job's stolen credential cannot forge or erase another
+    team's history."""
+    prefixes = [*namespace_prefixes(root, "team-a"), probe_prefix(root)]
+    store, iam = policed_store(s3, seeded_bucket, root, write=True, write_prefixes=prefixes)
+    layout, node = KeyLayout(root), "ab" * 28
+    own = layout.log_key(ClusterRef("team-a", "c"), "session_y", node, "worker.out")
+    own_marker = layout.marker_key(ClusterRef("team-a", "c"), "session_y")
+    seeded = f"{layout.session_prefix(ClusterRef('ns', 'c'), 'session_x')}node/logs/raylet.out"
+    forbidden = [
+        layout.log_key(ClusterRef("team-b", "c"), "session_y", node, "worker.out"),
+        layout.marker_key(ClusterRef("team-b", "c"), "session_y"),
+        layout.log_key(ClusterRef("team", "a-c"), "session_y", node, "worker.out"),
+        layout.marker_key(ClusterRef("team", "a-c"), "session_y"),
+        f"{index_prefix(root)}raycluster/team-b/c/session_y/v1/{'f' * 64}.sqlite.zst",
+    ]
+    with store:
+        store.check()
+        store.put_stream(own, io.BytesIO(b"x" * 1000), size=1000)
+        store.put_bytes(own_marker, b"")
+        assert [o.key for o in store.list(own.rsplit("/", 1)[0] + "/").objects] == [own]
+        assert store.get_bytes(seeded) == b"raylet\n"  # reading stays as wide as before
+        for key in forbidden:
+            with pytest.raises(PermanentStorageError):
+                store.put_bytes(key, b"forged")
+        with pytest.raises(PermanentStorageError):
+            store.delete(seeded)
+        store.delete(own)
+        store.delete(own_marker)
+    assert [call.split()[1].split(":::", 1)[1] for call in iam.denied] == [
+        f"{seeded_bucket}/{key}" for key in [*forbidden, seeded]
+    ], iam.calls
+    with s3.make_store(seeded_bucket, retry=TEST_RETRY) as admin:
+        assert admin.get_bytes(seeded) == b"raylet\n"
+
+
 def test_a_missing_bucket_is_still_named_missing_under_the_policy(s3: Emulator) -> None:
     store, iam = policed_store(s3, new_bucket_name(), "prod", write=False)
     with store, pytest.raises(PermanentStorageError, match="does not exist"):
@@ -193,3 +244,10 @@ def test_the_check_follows_iams_rules_outside_the_root() -> None:
     assert allowed(policy, "s3:GetObject", f"{arn}/prod/x", {})
     assert not allowed(policy, "s3:GetObject", f"{arn}/elsewhere/secret.txt", {})
     assert not allowed(policy, "s3:PutObject", f"{arn}/prod/x", {})
+    team_a = json.loads(
+        bucket_access_policy(arn, write=True, root_dir="prod", write_prefixes=namespace_prefixes("prod", "team-a"))
+    )
+    own = f"{arn}/prod/cluster-history/raycluster/team-a/c/s/n/logs/x"
+    assert allowed(team_a, "s3:PutObject", own, {}) and allowed(team_a, "s3:GetObject", own, {})
+    other = f"{arn}/prod/cluster-history/raycluster/team-b/c/s/n/logs/x"
+    assert allowed(team_a, "s3:GetObject", other, {}) and not allowed(team_a, "s3:PutObject", other, {})

@@ -143,13 +143,15 @@ def test_roles_reach_only_the_root_prefix(mocks: RecordingMocks) -> pulumi.Outpu
     arn = "arn:aws:s3:::ray-history-demo"
 
     def check(_: object) -> None:
-        for role in ("history-server", "history-writer"):
+        for role in ("history-server", "history-writer-ray", "history-writer-team-a"):
             statements = {s["Sid"]: s for s in _policy(mocks, role)["Statement"]}
             listing = statements["ListHistoryBucket"]
             assert listing["Resource"] == arn
             assert listing["Condition"] == {"StringLike": {"s3:prefix": ["prod/", "prod/*"]}}
-            objects = [s for sid, s in statements.items() if sid != "ListHistoryBucket" and s["Effect"] == "Allow"]
-            assert [s["Resource"] for s in objects] == [f"{arn}/prod/*"]
+            assert statements["ReadHistoryObjects"]["Resource"] == f"{arn}/prod/*"
+            writes = statements.get("WriteOwnNamespaceObjects", {"Resource": []})["Resource"]
+            assert all(resource.startswith(f"{arn}/prod/") for resource in writes)
+            assert len(writes) == (0 if role == "history-server" else 7), writes  # 3 kinds x 2 + the probe
 
     return _done(storage).apply(check)
 
@@ -167,7 +169,11 @@ def test_kms_key_is_usable_by_both_roles(mocks: RecordingMocks) -> pulumi.Output
     storage = _storage(kms_key_arn=key)
 
     def check(_: object) -> None:
-        expected = {"history-server": ["kms:Decrypt"], "history-writer": ["kms:Decrypt", "kms:GenerateDataKey"]}
+        expected = {
+            "history-server": ["kms:Decrypt"],
+            "history-writer-ray": ["kms:Decrypt", "kms:GenerateDataKey"],
+            "history-writer-team-a": ["kms:Decrypt", "kms:GenerateDataKey"],
+        }
         for role, actions in expected.items():
             [statement] = [s for s in _policy(mocks, role)["Statement"] if s["Resource"] == key]
             assert sorted(statement["Action"]) == actions
@@ -203,10 +209,11 @@ def test_irsa_trust_policies_pin_subject_and_audience(mocks: RecordingMocks) -> 
 
     def check(_: object) -> None:
         roles = {r.name: json.loads(r.inputs["assumeRolePolicy"]) for r in mocks.of_type("aws:iam/role:Role")}
-        assert set(roles) == {"history-server", "history-writer"}
+        assert set(roles) == {"history-server", "history-writer-ray", "history-writer-team-a"}
         for role_name, subjects in {
             "history-server": ["system:serviceaccount:ray-system:ray-history-server"],
-            "history-writer": ["system:serviceaccount:ray:ray-collector", "system:serviceaccount:team-a:ray-worker"],
+            "history-writer-ray": ["system:serviceaccount:ray:ray-collector"],
+            "history-writer-team-a": ["system:serviceaccount:team-a:ray-worker"],
         }.items():
             [statement] = roles[role_name]["Statement"]
             assert statement["Effect"] == "Allow"
@@ -228,23 +235,21 @@ def test_policies_are_least_privilege_on_the_bucket_only(mocks: RecordingMocks) 
     def check(_: object) -> None:
         server = {s["Resource"]: sorted(s["Action"]) for s in _policy(mocks, "history-server")["Statement"]}
         assert server == {arn: ["s3:ListBucket"], f"{arn}/*": ["s3:GetObject"]}
-        writer_statements = _policy(mocks, "history-writer")["Statement"]
-        writer = {s["Resource"]: sorted(s["Action"]) for s in writer_statements if s["Effect"] == "Allow"}
+        writer_statements = _policy(mocks, "history-writer-team-a")["Statement"]
+        writer = {str(s["Resource"]): sorted(s["Action"]) for s in writer_statements if s["Effect"] == "Allow"}
+        own = [f"{arn}/cluster-history/{kind}/team-a/*" for kind in ("raycluster", "rayjob", "rayservice")] + [
+            f"{arn}/cluster-metadata/{kind}/team-a_*" for kind in ("raycluster", "rayjob", "rayservice")
+        ]
         assert writer == {
             arn: ["s3:ListBucket", "s3:ListBucketMultipartUploads"],
-            f"{arn}/*": sorted(
-                [
-                    "s3:AbortMultipartUpload",
-                    "s3:DeleteObject",
-                    "s3:GetObject",
-                    "s3:ListMultipartUploadParts",
-                    "s3:PutObject",
-                ]
+            f"{arn}/*": ["s3:GetObject"],
+            str([*own, f"{arn}/_selfcheck/*"]): sorted(
+                ["s3:AbortMultipartUpload", "s3:DeleteObject", "s3:ListMultipartUploadParts", "s3:PutObject"]
             ),
         }
         [deny] = [s for s in writer_statements if s["Effect"] != "Allow"]
         assert deny["Sid"] == "DenySharedIndexWrites" and deny["Resource"] == f"{arn}/history-index/*"
-        for role in ("history-server", "history-writer"):
+        for role in ("history-server", "history-writer-ray", "history-writer-team-a"):
             for statement in _policy(mocks, role)["Statement"]:
                 if statement["Effect"] == "Allow":  # no wildcard grant; the deny may be broad
                     assert all("*" not in action for action in statement["Action"])
@@ -268,7 +273,7 @@ def test_irsa_wiring_annotates_service_accounts(mocks: RecordingMocks) -> pulumi
         }
         assert server_annotations == {"eks.amazonaws.com/role-arn": f"arn:aws:iam::{AWS_ACCOUNT}:role/history-server"}
         assert re.fullmatch(
-            r"arn:aws:iam::\d{12}:role/history-writer", writer_annotations["eks.amazonaws.com/role-arn"]
+            r"arn:aws:iam::\d{12}:role/history-writer-team-a", writer_annotations["eks.amazonaws.com/role-arn"]
         )
         assert set(storage.wiring.writers) == {"ray/ray-collector", "team-a/ray-worker"}
 
@@ -305,8 +310,8 @@ def test_pod_identity_trust_and_associations(mocks: RecordingMocks) -> None:
     role_arn = f"arn:aws:iam::{AWS_ACCOUNT}:role/history-"
     assert associations == {
         ("demo-eks", "ray-system", "ray-history-server", role_arn + "server"),
-        ("demo-eks", "ray", "ray-collector", role_arn + "writer"),
-        ("demo-eks", "team-a", "ray-worker", role_arn + "writer"),
+        ("demo-eks", "ray", "ray-collector", role_arn + "writer-ray"),
+        ("demo-eks", "team-a", "ray-worker", role_arn + "writer-team-a"),
     }
     assert storage.wiring.server.service_account_annotations == {}
 
@@ -445,10 +450,15 @@ def test_collectors_cannot_write_or_delete_shared_indexes(mocks: RecordingMocks,
     session = base + "cluster-history/raycluster/team-a/raycluster-x/session_1/node/logs/raylet.out"
     marker = base + "cluster-metadata/raycluster/team-a_raycluster-x/session_1"
     index = base + "history-index/raycluster/team-b/raycluster-y/session_1/v1-s1/" + "f" * 64 + ".sqlite.zst"
-    collector = policies["history-writer-s3"]
+    collector = policies["history-writer-team-a-s3"]
     for action in MUTATIONS:
         assert not allowed(collector, action, index), f"a collector credential may {action} {index}"
-    assert set(policies) == {"history-server-s3", "history-writer-s3", "history-maintainer-s3"}
+    assert set(policies) == {
+        "history-server-s3",
+        "history-writer-ray-s3",
+        "history-writer-team-a-s3",
+        "history-maintainer-s3",
+    }
     maintainer = policies["history-maintainer-s3"]
     for action in ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]:
         assert allowed(collector, action, session) and allowed(collector, action, marker), action
@@ -468,7 +478,8 @@ def test_each_role_trusts_only_its_own_service_accounts(mocks: RecordingMocks) -
     }
     assert subjects == {
         "history-server": ["system:serviceaccount:ray-system:ray-history-server"],
-        "history-writer": ["system:serviceaccount:ray:ray-collector", "system:serviceaccount:team-a:ray-worker"],
+        "history-writer-ray": ["system:serviceaccount:ray:ray-collector"],
+        "history-writer-team-a": ["system:serviceaccount:team-a:ray-worker"],
         "history-maintainer": ["system:serviceaccount:ray-system:ray-history-gc"],
     }
     mocks = RecordingMocks.install()
@@ -486,8 +497,8 @@ def test_each_role_trusts_only_its_own_service_accounts(mocks: RecordingMocks) -
     }
     assert associations == {
         ("ray-system", "ray-history-server"): "history-server",
-        ("ray", "ray-collector"): "history-writer",
-        ("team-a", "ray-worker"): "history-writer",
+        ("ray", "ray-collector"): "history-writer-ray",
+        ("team-a", "ray-worker"): "history-writer-team-a",
         ("ray-system", "ray-history-gc"): "history-maintainer",
     }
 
@@ -543,4 +554,63 @@ def test_role_and_policy_names_fit_aws_limits_for_a_long_component_name() -> Non
 
         program()
         assert names_over_limit(mocks) == []
-        assert iam_naming(mocks) == (4, {("Role", prefixed[0]), ("RolePolicy", prefixed[1])})
+        assert iam_naming(mocks) == (6, {("Role", prefixed[0]), ("RolePolicy", prefixed[1])})
+
+
+@pytest.mark.parametrize("root_dir", ["", "prod/ray"])
+def test_each_namespace_writes_only_its_own_history(mocks: RecordingMocks, root_dir: str) -> None:
+    """One team's collector credential (any job in its Ray pods holds it) cannot forge or erase
+    another team's stored history: each namespace's role allows its writes only on object ARNs
+    of that namespace's key prefixes, and an Allow applies only to a matching resource
+    (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_resource.html,
+    https://docs.aws.amazon.com/AmazonS3/latest/userguide/example-policies-s3.html). Reads
+    stay as wide as the server's. Namespace ``team`` is a prefix of ``team-a``: its keys
+    (``team/``, markers ``team_``) never match ``team-a``'s."""
+    writers = [*WRITERS, ServiceAccountRef("team", "ray-worker"), ServiceAccountRef("team-a", "other")]
+    policies = _policies_for(mocks, root_dir=root_dir, writers=writers)
+    base = f"arn:aws:s3:::ray-history-demo/{root_dir}/" if root_dir else "arn:aws:s3:::ray-history-demo/"
+
+    def keys(namespace: str) -> list[str]:
+        return [
+            f"{base}cluster-history/raycluster/{namespace}/c/session_1/node/logs/raylet.out",
+            f"{base}cluster-history/rayjob/{namespace}/job/c/session_1/node/job_events/x.jsonl",
+            f"{base}cluster-metadata/rayservice/{namespace}_svc_c/session_1",
+        ]
+
+    assert {name.removeprefix("history-writer-").removesuffix("-s3") for name in policies if "writer" in name} == {
+        "ray",
+        "team-a",
+        "team",
+    }
+    for namespace in ("ray", "team-a", "team"):
+        policy = policies[f"history-writer-{namespace}-s3"]
+        for other in {"ray", "team-a", "team"} - {namespace}:
+            for key in keys(other):
+                assert allowed(policy, "s3:GetObject", key), key
+                for action in MUTATIONS:
+                    assert not allowed(policy, action, key), f"{namespace} may {action} {key}"
+        for key in [*keys(namespace), f"{base}_selfcheck/probe-1"]:
+            for action in ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]:
+                assert allowed(policy, action, key), f"{namespace} may not {action} {key}"
+
+
+def test_a_long_namespace_keeps_role_names_within_aws_limits() -> None:
+    """A namespace may have 63 characters (RFC 1123 label) and IAM role names at most 64
+    (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html): the
+    namespace role's name is shortened with a hash, and two long namespaces differing only
+    at the end still get different names."""
+    from tests.unit.infra.components.test_aws_names import names_over_limit
+
+    mocks = RecordingMocks.install()
+    long_a, long_b = "a" * 62 + "x", "a" * 62 + "y"
+
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[Any]:
+        writers = [ServiceAccountRef(long_a, "ray"), ServiceAccountRef(long_b, "ray")]
+        args = S3HistoryStorageArgs(identity_mode="pod-identity", cluster_name="demo-eks", writers=writers)
+        return _done(S3HistoryStorage("history", args))
+
+    program()
+    assert names_over_limit(mocks) == []
+    prefixes = [r.inputs.get("namePrefix") for r in mocks.of_type("aws:iam/role:Role") if "writer" in r.name]
+    assert len(prefixes) == 2 and all(prefixes) and len(set(prefixes)) == 2, prefixes
