@@ -120,23 +120,25 @@ def check_federated_credentials(config: StackConfig) -> None:
     """On Azure, no managed identity gets more federated credentials than Azure allows.
 
     The stack's storage gives each identity one credential per Kubernetes service account using
-    it (:func:`~ray_history_pulumi.azure_storage.credentials_per_identity`): the collectors of
-    every workload namespace share the writer identity. Azure rejects the credential over the
-    limit in the middle of ``pulumi up``, after the others were created.
+    it (:func:`~ray_history_pulumi.azure_storage.credentials_per_identity`): the collectors of one
+    workload namespace share that namespace's identity, the gc job has the maintainers' own.
+    Azure rejects the credential over the limit in the middle of ``pulumi up``, after the others
+    were created. With one collector service account per namespace (``workloads.serviceAccount``,
+    namespaces listed once) no identity comes near the limit; the check guards the invariant.
     """
     if config.azure is None:
         return
     # The accounts infra/program.py hands the storage: collectors, then the gc job (a maintainer).
     writers = [ServiceAccountRef(ns, config.workloads.service_account) for ns in config.workloads.namespaces]
     gc = [ServiceAccountRef(config.namespace, RETENTION_SERVICE_ACCOUNT)] if config.retention.days else []
-    collectors = credentials_per_identity([*writers, *gc], gc)["writer"]
-    if collectors > MAX_FEDERATED_CREDENTIALS:
-        raise ConfigError(
-            f"{_key('workloads.namespaces')} lists {collectors} namespaces: on Azure their collector service "
-            f"accounts share one managed identity, with one federated identity credential each, and Azure allows "
-            f"at most {MAX_FEDERATED_CREDENTIALS} per identity "
-            "(https://learn.microsoft.com/en-us/entra/workload-id/workload-identity-federation-considerations)"
-        )
+    for identity, count in credentials_per_identity([*writers, *gc], gc).items():
+        if identity.startswith("writer:") and count > MAX_FEDERATED_CREDENTIALS:
+            raise ConfigError(
+                f"{_key('workloads.namespaces')} gives namespace {identity.removeprefix('writer:')!r} {count} "
+                "collector service accounts: on Azure they share that namespace's managed identity, with one "
+                f"federated identity credential each, and Azure allows at most {MAX_FEDERATED_CREDENTIALS} per "
+                "identity (https://learn.microsoft.com/en-us/entra/workload-id/workload-identity-federation-considerations)"
+            )
 
 
 def check_image_repository(config: StackConfig) -> None:

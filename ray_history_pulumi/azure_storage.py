@@ -1,24 +1,29 @@
 """Azure Blob storage for Ray history + AKS workload identities.
 
 A StorageV2 account with no public blob access, TLS >= 1.2, HTTPS only and shared keys
-disabled (Entra ID only); one private container; two user-assigned managed identities
-(writers, server) with one federated credential per Kubernetes service account; Storage Blob
-Data Contributor / Reader role assignments scoped to the container (or the account); and an
-optional lifecycle management policy that deletes old history.
+disabled (Entra ID only); one private container; user-assigned managed identities (the
+server's, one per collector namespace, the index maintainers') with one federated credential
+per Kubernetes service account; Storage Blob Data Contributor / Reader role assignments scoped
+to the container (or the account); and an optional lifecycle management policy that deletes
+old history.
 
 Shared indexes live in a second container of the account (``shared_index`` ``read`` or
 ``write``; none with ``off``): the server gets Storage Blob Data Reader on it, or Contributor
 with ``write``, scoped to that container only; the history container stays read-only for it.
 Writers listed in ``index_maintainers`` (the retention job) get an identity of their own with
-Contributor on both containers; the collectors' identity never reaches the index container
+Contributor on both containers; the collectors' identities never reach the index container
 (``role_scope="account"``, which would, is refused while there are collectors and an index
-container). The collectors of every namespace share one identity: it may write any
-namespace's history (docs/security-model.md, "What is not").
+container). Each collector namespace gets an identity of its own, Contributor under an Azure
+ABAC condition (:func:`~ray_history_pulumi.azure_conditions.namespace_write_condition`): it
+reads and lists the whole container but writes, creates, deletes and renames only its own
+namespace's keys (and the self-check probes), as the collectors' IAM condition does on GCS.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -27,6 +32,7 @@ from typing import Literal
 import pulumi
 import pulumi_azure_native as azure
 
+from ray_history_pulumi.azure_conditions import CONDITION_VERSION, namespace_write_condition
 from ray_history_pulumi.contracts import (
     SERVER_SERVICE_ACCOUNT,
     IdentityWiring,
@@ -51,10 +57,13 @@ USE_LABEL = "azure.workload.identity/use"
 #: user-assigned managed identity"
 #: (https://learn.microsoft.com/en-us/entra/workload-id/workload-identity-federation-considerations).
 MAX_FEDERATED_CREDENTIALS = 20
+#: Auto-named identities get 8 random characters after the Pulumi name; Azure allows 3-128
+#: (https://learn.microsoft.com/azure/azure-resource-manager/management/resource-name-rules#microsoftmanagedidentity).
+_MAX_IDENTITY_RESOURCE_NAME = 128 - 8
 _ACCOUNT_NAME = re.compile(r"^[a-z0-9]{3,24}$")
 _CONTAINER_NAME = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$")
-#: One role assignment of an identity: (name suffix, scope, built-in role GUID).
-_Grant = tuple[str, pulumi.Input[str], str]
+#: One role assignment of an identity: (name suffix, scope, built-in role GUID, ABAC condition or None).
+_Grant = tuple[str, pulumi.Input[str], str, str | None]
 
 
 def role_definition_id(subscription_id: str, role_guid: str) -> str:
@@ -67,14 +76,27 @@ def federated_credential_name(account: ServiceAccountRef) -> str:
     return f"{account.namespace}-{account.name}".replace(".", "-")[:120]
 
 
+def writer_identity_resource_name(name: str, namespace: str) -> str:
+    """Pulumi name of one collector namespace's identity: ``NAME-writer-NS``, cut to what an
+    auto-named identity allows with a hash of the full name kept (unique, deterministic)."""
+    full = f"{name}-writer-{namespace}"
+    if len(full) <= _MAX_IDENTITY_RESOURCE_NAME:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:8]
+    return f"{full[: _MAX_IDENTITY_RESOURCE_NAME - 9]}-{digest}"
+
+
 def credentials_per_identity(
     writers: Sequence[ServiceAccountRef], index_maintainers: Sequence[ServiceAccountRef] = ()
 ) -> dict[str, int]:
     """How many federated credentials each managed identity of :class:`AzureBlobHistoryStorage`
-    gets, by identity (``server``, ``writer``, ``maintainer``): one per service account using it."""
+    gets, one per service account using it, by identity: ``server``, ``maintainer`` and
+    ``writer:NS`` for each collector namespace ``NS``."""
     maintainers = {writer_key(sa) for sa in index_maintainers}
-    collectors = sum(1 for sa in writers if writer_key(sa) not in maintainers)
-    return {"server": 1, "writer": collectors, "maintainer": len(writers) - collectors}
+    collectors = Counter(sa.namespace for sa in writers if writer_key(sa) not in maintainers)
+    counts = {"server": 1, "maintainer": len(writers) - sum(collectors.values())}
+    counts.update({f"writer:{ns}": count for ns, count in collectors.items()})
+    return counts
 
 
 @dataclass
@@ -86,8 +108,9 @@ class AzureBlobHistoryStorageArgs:
         account_name: globally unique storage account name (3-24 lowercase letters/digits).
         oidc_issuer_url: the AKS cluster's OIDC issuer URL (``AksCluster.oidc_issuer_url``), as returned.
         writers: service accounts of Ray pods whose collector sidecar writes history. Those not
-            in ``index_maintainers`` share one identity, one federated credential each: at most
-            :data:`MAX_FEDERATED_CREDENTIALS` (Azure's limit per identity).
+            in ``index_maintainers`` get one identity per namespace, one federated credential
+            each: at most :data:`MAX_FEDERATED_CREDENTIALS` (Azure's limit per identity) in one
+            namespace.
         server: the history server's service account (read-only).
         location: Azure region; None = the resource group's.
         container_name: blob container (``AZURE_STORAGE_CONTAINER``).
@@ -105,7 +128,8 @@ class AzureBlobHistoryStorageArgs:
             (``write``) scoped to that container.
         index_container_name: the shared-index container (``--shared-index-container``).
         index_maintainers: writers that delete shared indexes (the retention job's account):
-            an identity of their own, Contributor on both containers.
+            an identity of their own, Contributor on both containers (at most
+            :data:`MAX_FEDERATED_CREDENTIALS`).
     """
 
     resource_group_name: pulumi.Input[str]
@@ -152,7 +176,7 @@ class AzureBlobHistoryStorageArgs:
             # the collectors could plant shared indexes the server then serves.
             raise ValueError(
                 f"AzureBlobHistoryStorageArgs.role_scope='account' with shared_index={self.shared_index!r}: the "
-                f"collectors' identity ({', '.join(collectors)}) would be Contributor on the shared-index container "
+                f"collectors' identities ({', '.join(collectors)}) would be Contributor on the shared-index container "
                 "too; use role_scope='container' or shared_index='off'"
             )
         strangers = sorted({writer_key(sa) for sa in self.index_maintainers} - {writer_key(sa) for sa in self.writers})
@@ -160,13 +184,17 @@ class AzureBlobHistoryStorageArgs:
             raise ValueError(f"AzureBlobHistoryStorageArgs.index_maintainers: {strangers} are not writers")
         # Azure rejects the 21st credential mid-deploy, after the first 20 exist: refuse up front.
         counts = credentials_per_identity(self.writers, self.index_maintainers)
-        for identity, field_name in (("writer", "writers"), ("maintainer", "index_maintainers")):
-            if counts[identity] > MAX_FEDERATED_CREDENTIALS:
-                raise ValueError(
-                    f"AzureBlobHistoryStorageArgs.{field_name}: {counts[identity]} service accounts would share the "
-                    f"{identity} managed identity, one federated credential each; Azure allows at most "
-                    f"{MAX_FEDERATED_CREDENTIALS} per identity"
-                )
+        for identity, count in counts.items():
+            if count <= MAX_FEDERATED_CREDENTIALS:
+                continue
+            field_name, whose = ("index_maintainers", "the maintainers'")
+            if identity.startswith("writer:"):
+                field_name, whose = ("writers", f"namespace {identity.removeprefix('writer:')!r}'s collector")
+            raise ValueError(
+                f"AzureBlobHistoryStorageArgs.{field_name}: {count} service accounts would share {whose} managed "
+                f"identity, one federated credential each; Azure allows at most {MAX_FEDERATED_CREDENTIALS} per "
+                "identity"
+            )
 
 
 class AzureBlobHistoryStorage(pulumi.ComponentResource):
@@ -193,8 +221,9 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
     Attributes:
         account / container: the storage account and the blob container.
         bucket_name: the container name.
-        writer_identity / server_identity: the user-assigned managed identities
-            (writer identity only if there are writers).
+        server_identity / maintainer_identity: the user-assigned managed identities (the
+            maintainers' only if there are index maintainers).
+        writer_identities: one collector identity per namespace, by namespace.
         wiring: what the Kubernetes components need (:class:`StorageWiring`).
     """
 
@@ -251,32 +280,47 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
         )
         client = azure.authorization.get_client_config_output(opts=pulumi.InvokeOutputOptions(parent=self))
         scope = self.container.id if args.role_scope == "container" else self.account.id
-        history_reader: list[_Grant] = [("blob-data", scope, BLOB_DATA_READER)]
-        history_writer: list[_Grant] = [("blob-data", scope, BLOB_DATA_CONTRIBUTOR)]
+        history_reader: list[_Grant] = [("blob-data", scope, BLOB_DATA_READER, None)]
+        history_writer: list[_Grant] = [("blob-data", scope, BLOB_DATA_CONTRIBUTOR, None)]
         server_grants, maintainer_grants = history_reader, history_writer
         if self.index_container is not None:
             server_role = BLOB_DATA_CONTRIBUTOR if args.shared_index == "write" else BLOB_DATA_READER
-            server_grants = [*history_reader, ("index-data", self.index_container.id, server_role)]
-            maintainer_grants = [*history_writer, ("index-data", self.index_container.id, BLOB_DATA_CONTRIBUTOR)]
+            index_grant = ("index-data", self.index_container.id, BLOB_DATA_CONTRIBUTOR, None)
+            server_grants = [*history_reader, ("index-data", self.index_container.id, server_role, None)]
+            maintainer_grants = [*history_writer, index_grant]
         self.server_identity = self._identity(
-            name, kind="server", accounts=[args.server], args=args, client=client, grants=server_grants
+            f"{name}-server", kind="server", accounts=[args.server], args=args, client=client, grants=server_grants
         )
         maintainer_keys = {writer_key(sa) for sa in args.index_maintainers}
         collectors = [sa for sa in args.writers if writer_key(sa) not in maintainer_keys]
         maintainers = [sa for sa in args.writers if writer_key(sa) in maintainer_keys]
-        self.writer_identity = (
-            self._identity(name, kind="writer", accounts=collectors, args=args, client=client, grants=history_writer)
-            if collectors
-            else None
-        )
+        # One identity per collector namespace: its Contributor assignment writes only that
+        # namespace's keys (an ABAC condition), so no team's credential reaches another's history.
+        self.writer_identities: dict[str, azure.managedidentity.UserAssignedIdentity] = {}
+        for namespace in dict.fromkeys(sa.namespace for sa in collectors):
+            condition = namespace_write_condition(args.root_dir, namespace, args.container_name)
+            self.writer_identities[namespace] = self._identity(
+                writer_identity_resource_name(name, namespace),
+                kind="writer",
+                accounts=[sa for sa in collectors if sa.namespace == namespace],
+                args=args,
+                client=client,
+                grants=[("blob-data", scope, BLOB_DATA_CONTRIBUTOR, condition)],
+                credential_prefix=f"{name}-writer",
+            )
         self.maintainer_identity = (
             self._identity(
-                name, kind="maintainer", accounts=maintainers, args=args, client=client, grants=maintainer_grants
+                f"{name}-maintainer",
+                kind="maintainer",
+                accounts=maintainers,
+                args=args,
+                client=client,
+                grants=maintainer_grants,
             )
             if maintainers
             else None
         )
-        identity_of = {writer_key(sa): self.writer_identity for sa in collectors}
+        identity_of = {writer_key(sa): self.writer_identities[sa.namespace] for sa in collectors}
         identity_of.update({writer_key(sa): self.maintainer_identity for sa in maintainers})
 
         env = storage_env(
@@ -305,7 +349,7 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
                 "account_name": self.account.name,
                 "container_name": self.container.name,
                 "server_client_id": self.server_identity.client_id,
-                "writer_client_id": self.writer_identity.client_id if self.writer_identity else None,
+                "writer_client_ids": {ns: identity.client_id for ns, identity in self.writer_identities.items()},
                 "index_container_name": self.index_container.name if self.index_container is not None else None,
             }
         )
@@ -349,16 +393,19 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
 
     def _identity(
         self,
-        name: str,
+        resource_name: str,
         *,
         kind: str,
         accounts: Sequence[ServiceAccountRef],
         args: AzureBlobHistoryStorageArgs,
         client: pulumi.Output[azure.authorization.GetClientConfigResult],
         grants: list[_Grant],
+        credential_prefix: str | None = None,
     ) -> azure.managedidentity.UserAssignedIdentity:
+        """An identity named ``resource_name``, a federated credential per account
+        (``CREDENTIAL_PREFIX-NS-NAME``) and a role assignment per grant (``RESOURCE_NAME-SUFFIX``)."""
         identity = azure.managedidentity.UserAssignedIdentity(
-            f"{name}-{kind}",
+            resource_name,
             resource_group_name=args.resource_group_name,
             location=args.location,
             tags=args.tags or None,
@@ -369,7 +416,7 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
         credentials: dict[str, pulumi.Resource] = {}
         for account in accounts:
             credential = azure.managedidentity.FederatedIdentityCredential(
-                f"{name}-{kind}-{account.namespace}-{account.name}",
+                f"{credential_prefix or resource_name}-{account.namespace}-{account.name}",
                 resource_group_name=args.resource_group_name,
                 resource_name_=identity.name,
                 federated_identity_credential_resource_name=federated_credential_name(account),
@@ -383,15 +430,17 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
             credentials["server" if kind == "server" else writer_key(account)] = credential
         assignments = [
             azure.authorization.RoleAssignment(
-                f"{name}-{kind}-{suffix}",
+                f"{resource_name}-{suffix}",
                 principal_id=identity.principal_id,
                 # A brand-new identity may not have replicated yet; the type skips the lookup.
                 principal_type=azure.authorization.PrincipalType.SERVICE_PRINCIPAL,
                 role_definition_id=client.subscription_id.apply(partial(role_definition_id, role_guid=role_guid)),
                 scope=scope,
+                condition=condition,
+                condition_version=CONDITION_VERSION if condition else None,
                 opts=pulumi.ResourceOptions(parent=self),
             )
-            for suffix, scope, role_guid in grants
+            for suffix, scope, role_guid, condition in grants
         ]
         # A token exchanged before its federated credential exists, or used before the role
         # assignment, fails; the workload identity webhook only mutates pods at admission.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from infra.config import (
     load_config,
     parse_config,
 )
+from infra.config_checks import check_federated_credentials
 
 STACKS_DIR = Path(__file__).resolve().parents[3] / "infra" / "stacks"
 STACKS = ("gke", "eks", "aks", "kind")
@@ -468,22 +470,34 @@ def _azure_namespaces(count: int, **overrides: Any) -> dict[str, Any]:
     )
 
 
-def test_azure_refuses_more_namespaces_than_one_identity_takes_credentials() -> None:
-    """More than 20 ``workloads.namespaces`` on Azure stop at config time, naming the key and the limit.
+def test_azure_takes_more_namespaces_than_one_identity_takes_credentials() -> None:
+    """Each workload namespace's collectors get a managed identity of their own on Azure, so 21
+    (and more) ``workloads.namespaces`` no longer meet the 20 credentials one identity takes.
 
     Azure: "A maximum of 20 federated identity credentials can be added to an application or
     user-assigned managed identity"
     (https://learn.microsoft.com/en-us/entra/workload-id/workload-identity-federation-considerations).
-    The collectors of every namespace share the writer identity, one credential each: the 21st
-    was rejected in the middle of ``pulumi up``, after the first 20 were created.
     """
-    with pytest.raises(ConfigError, match=r"ray-history-server:workloads\.namespaces lists 21 namespaces.*at most 20"):
-        parse_config(_azure_namespaces(FIC_LIMIT + 1))
-    # The limit itself passes, with the gc job too: it has an identity of its own.
-    config = parse_config(_azure_namespaces(FIC_LIMIT, retention={"days": 30}))
-    assert len(config.workloads.namespaces) == FIC_LIMIT
-    # Other clouds grant per service account (no per-identity credential limit).
-    assert len(parse_config(base(workloads={"namespaces": [f"t-{i}" for i in range(30)]})).workloads.namespaces) == 30
+    config = parse_config(_azure_namespaces(FIC_LIMIT + 1, retention={"days": 30}))
+    assert len(config.workloads.namespaces) == FIC_LIMIT + 1
+    assert len(parse_config(_azure_namespaces(40)).workloads.namespaces) == 40
+
+
+def test_azure_refuses_more_collector_accounts_in_one_namespace_than_its_identity_takes() -> None:
+    """The guard behind the config: 21 collector service accounts in one namespace would share that
+    namespace's identity, one credential each, over Azure's 20 per identity (same page as above):
+    refused at config time naming the key and the namespace, not in the middle of ``pulumi up``.
+    The config itself lists a namespace once with one service account, so the crowded namespace
+    is built by hand."""
+    config = parse_config(_azure_namespaces(1))
+    crowded = dataclasses.replace(config, workloads=dataclasses.replace(config.workloads, namespaces=("team-0",) * 21))
+    with pytest.raises(
+        ConfigError, match=r"ray-history-server:workloads\.namespaces gives namespace 'team-0' 21 .*at most 20"
+    ):
+        check_federated_credentials(crowded)
+    check_federated_credentials(
+        dataclasses.replace(crowded, workloads=dataclasses.replace(crowded.workloads, namespaces=("team-0",) * 20))
+    )
 
 
 @pytest.mark.parametrize("repository", ["team-a/ray-history", "ray_history", "ray.history", "ray-", "9ray", "r" * 64])

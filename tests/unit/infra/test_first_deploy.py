@@ -264,28 +264,34 @@ def test_gcp_resource_manager_calls_wait_for_its_api(values: dict[str, Any]) -> 
     assert not early, f"Resource Manager calls made before {api} is enabled: {early}"
 
 
-def test_aks_at_the_namespace_limit_no_identity_exceeds_azures_credential_limit() -> None:
-    """With the most namespaces the config accepts on Azure (20, plus the gc job), every managed
-    identity stays within Azure's 20 federated identity credentials, and one more is refused.
+def test_aks_with_many_namespaces_gives_each_its_own_identity() -> None:
+    """21 workload namespaces (more than one identity's credentials) deploy on AKS: each
+    namespace's collector account gets an identity of its own, with one federated credential,
+    within Azure's 20 per identity, and its Contributor assignment is limited to that namespace's
+    keys by an ABAC condition (conditionVersion 2.0).
 
     Azure: "A maximum of 20 federated identity credentials can be added to an application or
     user-assigned managed identity"
-    (https://learn.microsoft.com/en-us/entra/workload-id/workload-identity-federation-considerations).
+    (https://learn.microsoft.com/en-us/entra/workload-id/workload-identity-federation-considerations);
+    conditions: https://learn.microsoft.com/azure/storage/blobs/storage-auth-abac-examples.
     """
     from collections import Counter
 
-    from infra.config import ConfigError
-
     values = _existing("aks")
     values["retention"] = {"days": 30}
-    values["workloads"] = {**values["workloads"], "namespaces": [f"team-{i}" for i in range(20)]}
+    namespaces = [f"team-{i}" for i in range(21)]
+    values["workloads"] = {**values["workloads"], "namespaces": namespaces}
     mocks, _ = deploy_with(values)
     credentials = mocks.of_type("azure-native:managedidentity:FederatedIdentityCredential")
     per_identity = Counter(r.inputs["resourceName"] for r in credentials)
-    assert len(credentials) == 22 and max(per_identity.values()) == 20, per_identity  # writer, server, gc
-    values["workloads"]["namespaces"].append("team-20")
-    with pytest.raises(ConfigError, match=r"workloads\.namespaces lists 21 namespaces"):
-        deploy_with(values)
+    assert len(credentials) == 23 and max(per_identity.values()) == 1, per_identity  # 21 writers, server, gc
+    assert {f"history-writer-{ns}" for ns in namespaces} <= set(per_identity)
+    conditions = {
+        r.name: r.inputs.get("conditionVersion")
+        for r in mocks.of_type("azure-native:authorization:RoleAssignment")
+        if r.name.startswith("history-writer-")
+    }
+    assert conditions == {f"history-writer-{ns}-blob-data": "2.0" for ns in namespaces}
 
 
 def test_gke_repository_setting_must_be_an_artifact_registry_id() -> None:

@@ -116,7 +116,7 @@ def test_aks_container_and_grants_per_mode(mode: str) -> None:
     history = "ray-historyserver"
     expected = {
         "history-server-blob-data": (READER, history),
-        "history-writer-blob-data": (CONTRIBUTOR, history),
+        "history-writer-default-blob-data": (CONTRIBUTOR, history),  # the stack's one workload namespace
         "history-maintainer-blob-data": (CONTRIBUTOR, history),
     }
     if mode == "off":

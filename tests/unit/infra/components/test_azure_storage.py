@@ -9,12 +9,15 @@ import pulumi
 import pulumi_azure_native as azure
 import pytest
 
+from ray_history_pulumi.azure_conditions import WRITE_DATA_ACTIONS, namespace_write_condition
 from ray_history_pulumi.azure_storage import (
     AzureBlobHistoryStorage,
     AzureBlobHistoryStorageArgs,
     credentials_per_identity,
+    writer_identity_resource_name,
 )
 from ray_history_pulumi.contracts import ServiceAccountRef
+from tests.unit.infra.components.test_azure_conditions import condition_allows, index_keys, layout_keys
 from tests.unit.infra.mocks import AKS_ISSUER, AZURE_SUBSCRIPTION, RecordingMocks, settled
 
 WRITERS = [ServiceAccountRef("ray", "ray-collector"), ServiceAccountRef("team-a", "ray-worker")]
@@ -44,7 +47,7 @@ def _storage(**overrides: Any) -> AzureBlobHistoryStorage:
 
 
 def _done(storage: AzureBlobHistoryStorage) -> pulumi.Output[Any]:
-    identities = [storage.server_identity] + ([storage.writer_identity] if storage.writer_identity else [])
+    identities = [storage.server_identity, *storage.writer_identities.values()]
     credentials = [c.id for c in storage.federated_credentials]
     return pulumi.Output.all(storage.wiring.env, *[i.id for i in identities], *credentials, storage.container.id)
 
@@ -75,7 +78,7 @@ def test_federated_credentials_per_service_account(mocks: RecordingMocks) -> pul
 
     def check(_: object) -> None:
         identities = {r.name: r for r in mocks.of_type("azure-native:managedidentity:UserAssignedIdentity")}
-        assert set(identities) == {"history-server", "history-writer"}
+        assert set(identities) == {"history-server", "history-writer-ray", "history-writer-team-a"}
         credentials = {
             (r.inputs["resourceName"], r.inputs["subject"], r.inputs["issuer"], tuple(r.inputs["audiences"]))
             for r in mocks.of_type("azure-native:managedidentity:FederatedIdentityCredential")
@@ -83,8 +86,8 @@ def test_federated_credentials_per_service_account(mocks: RecordingMocks) -> pul
         audiences = ("api://AzureADTokenExchange",)
         assert credentials == {
             ("history-server", "system:serviceaccount:ray-system:ray-history-server", AKS_ISSUER, audiences),
-            ("history-writer", "system:serviceaccount:ray:ray-collector", AKS_ISSUER, audiences),
-            ("history-writer", "system:serviceaccount:team-a:ray-worker", AKS_ISSUER, audiences),
+            ("history-writer-ray", "system:serviceaccount:ray:ray-collector", AKS_ISSUER, audiences),
+            ("history-writer-team-a", "system:serviceaccount:team-a:ray-worker", AKS_ISSUER, audiences),
         }
         names = [
             r.inputs["federatedIdentityCredentialResourceName"]
@@ -131,12 +134,26 @@ def test_role_assignments_scoped_to_the_container(mocks: RecordingMocks) -> None
             containers["ray-history-index"],
             "ServicePrincipal",
         ),
-        "history-writer-blob-data": (
-            principals["history-writer"],
-            ROLE_PREFIX + "ba92f5b4-2d11-453d-a403-e96b0029c9fe",  # Storage Blob Data Contributor
-            container_id,
-            "ServicePrincipal",
-        ),
+        # One identity per collector namespace, each Contributor under its own condition.
+        **{
+            f"history-writer-{ns}-blob-data": (
+                principals[f"history-writer-{ns}"],
+                ROLE_PREFIX + "ba92f5b4-2d11-453d-a403-e96b0029c9fe",  # Storage Blob Data Contributor
+                container_id,
+                "ServicePrincipal",
+            )
+            for ns in ("ray", "team-a")
+        },
+    }
+    conditions = {
+        r.name: (r.inputs.get("condition"), r.inputs.get("conditionVersion"))
+        for r in mocks.of_type("azure-native:authorization:RoleAssignment")
+    }
+    assert conditions == {
+        "history-server-blob-data": (None, None),
+        "history-server-index-data": (None, None),
+        "history-writer-ray-blob-data": (namespace_write_condition("", "ray", "ray-historyserver"), "2.0"),
+        "history-writer-team-a-blob-data": (namespace_write_condition("", "team-a", "ray-historyserver"), "2.0"),
     }
 
 
@@ -157,7 +174,7 @@ def test_account_scope_option(mocks: RecordingMocks) -> None:
         if r.inputs["containerName"] == "ray-history-index"
     )
     assert scopes == {"history-server-blob-data": account_id, "history-server-index-data": index_id}
-    assert built[0].writer_identity is None
+    assert built[0].writer_identities == {}
     assert built[0].wiring.writers == {}
 
 
@@ -205,7 +222,7 @@ def test_wiring_env_annotations_and_pod_label(mocks: RecordingMocks) -> pulumi.O
             r.name: r.state["clientId"] for r in mocks.of_type("azure-native:managedidentity:UserAssignedIdentity")
         }
         assert server_annotations == {"azure.workload.identity/client-id": client_ids["history-server"]}
-        assert writer_annotations == {"azure.workload.identity/client-id": client_ids["history-writer"]}
+        assert writer_annotations == {"azure.workload.identity/client-id": client_ids["history-writer-ray"]}
         assert storage.wiring.server.pod_labels == {"azure.workload.identity/use": "true"}
         assert writer.pod_labels == {"azure.workload.identity/use": "true"}
 
@@ -279,7 +296,8 @@ def test_shared_index_container_and_server_grant_per_mode(mocks: RecordingMocks,
     assert grants == {
         "history-server-blob-data": (READER, "ray-historyserver"),
         "history-server-index-data": (index_role, "idx-prod"),
-        "history-writer-blob-data": (CONTRIBUTOR, "ray-historyserver"),
+        "history-writer-ray-blob-data": (CONTRIBUTOR, "ray-historyserver"),
+        "history-writer-team-a-blob-data": (CONTRIBUTOR, "ray-historyserver"),
     }
     assert storage.wiring.shared_index == mode
     assert storage.wiring.index_maintainers == []
@@ -291,7 +309,8 @@ def test_shared_index_off_creates_no_container_and_no_grant(mocks: RecordingMock
     assert set(containers) == {"ray-historyserver"}
     assert grants == {
         "history-server-blob-data": (READER, "ray-historyserver"),
-        "history-writer-blob-data": (CONTRIBUTOR, "ray-historyserver"),
+        "history-writer-ray-blob-data": (CONTRIBUTOR, "ray-historyserver"),
+        "history-writer-team-a-blob-data": (CONTRIBUTOR, "ray-historyserver"),
     }
     assert storage.wiring.shared_index == "off"
     assert storage.wiring.index_container is None
@@ -314,7 +333,8 @@ def test_index_maintainer_gets_its_own_identity_with_both_containers(mocks: Reco
     assert grants == {
         "history-server-blob-data": (READER, "ray-historyserver"),
         "history-server-index-data": (READER, "ray-history-index"),
-        "history-writer-blob-data": (CONTRIBUTOR, "ray-historyserver"),
+        "history-writer-ray-blob-data": (CONTRIBUTOR, "ray-historyserver"),
+        "history-writer-team-a-blob-data": (CONTRIBUTOR, "ray-historyserver"),
         "history-maintainer-blob-data": (CONTRIBUTOR, "ray-historyserver"),
         "history-maintainer-index-data": (CONTRIBUTOR, "ray-history-index"),
     }
@@ -323,7 +343,7 @@ def test_index_maintainer_gets_its_own_identity_with_both_containers(mocks: Reco
         for r in mocks.of_type("azure-native:managedidentity:FederatedIdentityCredential")
     }
     assert credentials["system:serviceaccount:ray-system:ray-history-gc"] == "history-maintainer"
-    assert credentials["system:serviceaccount:ray:ray-collector"] == "history-writer"
+    assert credentials["system:serviceaccount:ray:ray-collector"] == "history-writer-ray"
     assert storage.wiring.index_maintainers == ["ray-system/ray-history-gc"]
     assert set(storage.wiring.writers) == {"ray/ray-collector", "team-a/ray-worker", "ray-system/ray-history-gc"}
 
@@ -332,42 +352,139 @@ def _accounts(count: int, name: str = "ray-collector") -> list[ServiceAccountRef
     return [ServiceAccountRef(f"team-{i}", name) for i in range(count)]
 
 
-@pytest.mark.parametrize(
-    ("writers", "maintainers", "field"),
-    [(_accounts(21), [], "writers"), (_accounts(21), _accounts(21), "index_maintainers")],
-)
-def test_no_identity_gets_more_federated_credentials_than_azure_allows(
-    writers: list[ServiceAccountRef], maintainers: list[ServiceAccountRef], field: str
-) -> None:
-    """Azure: "A maximum of 20 federated identity credentials can be added to an application or
-    user-assigned managed identity"
-    (https://learn.microsoft.com/en-us/entra/workload-id/workload-identity-federation-considerations).
-    The writers (and the index maintainers) share one identity, one credential per service account:
-    the 21st is refused here, naming the argument, not by Azure in the middle of ``pulumi up``."""
-    with pytest.raises(ValueError, match=rf"AzureBlobHistoryStorageArgs\.{field}: 21 service accounts.*at most 20"):
-        AzureBlobHistoryStorageArgs(
-            resource_group_name="rg",
-            account_name="rayhistory",
-            oidc_issuer_url=AKS_ISSUER,
-            writers=writers,
-            index_maintainers=maintainers,
-        )
-
-
-def test_twenty_writers_and_a_maintainer_fit() -> None:
-    """At the limit: 20 collectors on the writer identity; the maintainer's credential is on its own."""
-    gc = ServiceAccountRef("ray-system", "ray-history-gc")
-    args = AzureBlobHistoryStorageArgs(
+def _args(writers: list[ServiceAccountRef], maintainers: list[ServiceAccountRef]) -> AzureBlobHistoryStorageArgs:
+    return AzureBlobHistoryStorageArgs(
         resource_group_name="rg",
         account_name="rayhistory",
         oidc_issuer_url=AKS_ISSUER,
-        writers=[*_accounts(20), gc],
-        index_maintainers=[gc],
+        writers=writers,
+        index_maintainers=maintainers,
     )
-    assert credentials_per_identity(args.writers, args.index_maintainers) == {
-        "server": 1,
-        "writer": 20,
-        "maintainer": 1,
+
+
+def test_twenty_one_service_accounts_in_one_namespace_are_refused_naming_it() -> None:
+    """Azure: "A maximum of 20 federated identity credentials can be added to an application or
+    user-assigned managed identity"
+    (https://learn.microsoft.com/en-us/entra/workload-id/workload-identity-federation-considerations).
+    The collectors of one namespace share its identity, one credential per service account: the
+    21st in a namespace is refused here, naming the argument and the namespace, not by Azure in
+    the middle of ``pulumi up``."""
+    crowded = [ServiceAccountRef("team-a", f"sa-{i}") for i in range(21)]
+    with pytest.raises(
+        ValueError,
+        match=r"AzureBlobHistoryStorageArgs\.writers: 21 service accounts would share namespace 'team-a'.*at most 20",
+    ):
+        _args([*crowded, ServiceAccountRef("team-b", "sa-0")], [])
+
+
+def test_twenty_one_maintainers_are_refused() -> None:
+    """The index maintainers share one identity (same Azure limit, same page as above)."""
+    with pytest.raises(ValueError, match=r"AzureBlobHistoryStorageArgs\.index_maintainers: 21 service accounts"):
+        _args(_accounts(21), _accounts(21))
+
+
+def test_twenty_one_namespaces_with_a_collector_each_fit() -> None:
+    """One identity per collector namespace: 21 namespaces (more than the old shared identity
+    took) with one service account each give 21 identities of one credential each, within Azure's
+    20 per identity
+    (https://learn.microsoft.com/en-us/entra/workload-id/workload-identity-federation-considerations),
+    and 20 service accounts in one namespace fit too; the maintainer's credential is on its own."""
+    gc = ServiceAccountRef("ray-system", "ray-history-gc")
+    args = _args([*_accounts(21), gc], [gc])
+    counts = credentials_per_identity(args.writers, args.index_maintainers)
+    assert counts == {"server": 1, "maintainer": 1, **{f"writer:team-{i}": 1 for i in range(21)}}
+    full = [ServiceAccountRef("team-a", f"sa-{i}") for i in range(20)]
+    assert credentials_per_identity(_args(full, []).writers)["writer:team-a"] == 20
+
+
+def test_identity_names_fit_azure_with_their_random_suffix() -> None:
+    """Azure names a user-assigned identity with 3-128 letters, digits, ``-`` and ``_``
+    (https://learn.microsoft.com/azure/azure-resource-manager/management/resource-name-rules#microsoftmanagedidentity);
+    auto-naming appends 8 random characters to the Pulumi name, so that stays within 120, cut
+    deterministically (a hash of the full name) when a long component name meets a 63-character
+    namespace, and distinct per namespace."""
+    assert writer_identity_resource_name("history", "team-a") == "history-writer-team-a"
+    long_name, ns_a, ns_b = "h" * 60, "a" * 62 + "1", "a" * 62 + "2"
+    cut_a, cut_b = writer_identity_resource_name(long_name, ns_a), writer_identity_resource_name(long_name, ns_b)
+    assert len(cut_a) == len(cut_b) == 120 and cut_a != cut_b
+    assert cut_a == writer_identity_resource_name(long_name, ns_a)
+    assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", cut_a)
+
+
+def test_each_collector_namespace_gets_its_own_identity_limited_to_its_keys(mocks: RecordingMocks) -> None:
+    """The collectors of every namespace used to share one Contributor identity: any team's
+    credential (which any job code in its Ray pods holds) could overwrite or delete another
+    team's history. Now each namespace has an identity of its own, with federated credentials for
+    its own service accounts only, and its Storage Blob Data Contributor assignment carries an
+    ABAC condition (conditionVersion 2.0) allowing writes, creations, deletes and renames only
+    under its namespace's keys and the self-check probes
+    (https://learn.microsoft.com/azure/storage/blobs/storage-auth-abac-examples#example-write-blobs-in-named-containers-with-a-path,
+    https://learn.microsoft.com/azure/storage/blobs/storage-auth-abac-attributes#blob-path). The
+    retention job's identity keeps its unconditional Contributor on both containers; each
+    service account's annotation names its own namespace's identity."""
+    writers = [
+        ServiceAccountRef("team-a", "ray-worker"),
+        ServiceAccountRef("team-a", "ray-head"),
+        ServiceAccountRef("team-b", "ray-worker"),
+        GC,
+    ]
+    grants, _, storage = _grants(mocks, writers=writers, index_maintainers=[GC], root_dir="prod")
+    assert set(storage.writer_identities) == {"team-a", "team-b"}
+    credentials = {
+        r.inputs["subject"]: r.inputs["resourceName"]
+        for r in mocks.of_type("azure-native:managedidentity:FederatedIdentityCredential")
+    }
+    assert credentials == {
+        "system:serviceaccount:ray-system:ray-history-server": "history-server",
+        "system:serviceaccount:team-a:ray-worker": "history-writer-team-a",
+        "system:serviceaccount:team-a:ray-head": "history-writer-team-a",
+        "system:serviceaccount:team-b:ray-worker": "history-writer-team-b",
+        "system:serviceaccount:ray-system:ray-history-gc": "history-maintainer",
+    }
+    assignments = {r.name: r.inputs for r in mocks.of_type("azure-native:authorization:RoleAssignment")}
+    principals = {
+        r.name: r.state["principalId"] for r in mocks.of_type("azure-native:managedidentity:UserAssignedIdentity")
+    }
+    for team, other in (("team-a", "team-b"), ("team-b", "team-a")):
+        assignment = assignments[f"history-writer-{team}-blob-data"]
+        assert assignment["principalId"] == principals[f"history-writer-{team}"]
+        assert grants[f"history-writer-{team}-blob-data"] == (CONTRIBUTOR, "ray-historyserver")
+        assert assignment["conditionVersion"] == "2.0"
+        condition = assignment["condition"]
+        own, foreign = layout_keys("prod", team), layout_keys("prod", other)
+        for action in WRITE_DATA_ACTIONS:
+            for what in own:
+                assert condition_allows(condition, action, "ray-historyserver", own[what]), (team, what)
+                assert not condition_allows(condition, action, "ray-historyserver", foreign[what]), (team, what)
+            for key in index_keys("prod", team):
+                assert not condition_allows(condition, action, "ray-historyserver", key)
+            assert condition_allows(condition, action, "ray-historyserver", "prod/_selfcheck/probe")
+    for name in ("history-maintainer-blob-data", "history-maintainer-index-data", "history-server-blob-data"):
+        assert "condition" not in assignments[name], name
+    assert {n for n in grants if n.startswith("history-writer")} == {
+        "history-writer-team-a-blob-data",
+        "history-writer-team-b-blob-data",
+    }
+
+    client_ids = {
+        r.name: r.state["clientId"] for r in mocks.of_type("azure-native:managedidentity:UserAssignedIdentity")
+    }
+    annotations: dict[str, Any] = {}
+
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[Any]:
+        wirings = storage.wiring.writers
+        keys = sorted(wirings)
+        outputs = [wirings[k].service_account_annotations for k in keys]
+        return pulumi.Output.all(*outputs).apply(lambda values: annotations.update(zip(keys, values, strict=True)))
+
+    program()
+    key = "azure.workload.identity/client-id"
+    assert annotations == {
+        "team-a/ray-worker": {key: client_ids["history-writer-team-a"]},
+        "team-a/ray-head": {key: client_ids["history-writer-team-a"]},
+        "team-b/ray-worker": {key: client_ids["history-writer-team-b"]},
+        "ray-system/ray-history-gc": {key: client_ids["history-maintainer"]},
     }
 
 
@@ -431,7 +548,7 @@ def test_collectors_never_reach_the_index_container(
     grants, containers, storage = _grants(mocks, **settings)
     collectors = {name: where for name, (_, where) in grants.items() if name.startswith("history-writer")}
     if scope == "maintainers only":
-        assert collectors == {} and storage.writer_identity is None
+        assert collectors == {} and storage.writer_identities == {}
     else:
         assert set(collectors.values()) == {"ray-historyserver" if scope == "container" else "account"}
     if "ray-history-index" in containers:

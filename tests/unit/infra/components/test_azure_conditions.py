@@ -1,0 +1,186 @@
+"""The Azure ABAC condition of a collector namespace's identity, evaluated as Azure evaluates it.
+
+The evaluator below implements the part of the condition grammar the component emits, as
+Microsoft documents it (https://learn.microsoft.com/azure/role-based-access-control/conditions-format):
+``!``, ``AND``, ``OR`` and parentheses (mixing ``AND`` and ``OR`` at one level needs
+parentheses), ``ActionMatches{'ACTION'}``, and the case-sensitive ``StringEquals`` /
+``StringStartsWith`` on the blob path and container name resource attributes
+(https://learn.microsoft.com/azure/storage/blobs/storage-auth-abac-attributes#blob-path: the
+path holds no container name and no leading ``/``). A role assignment with a condition grants
+an action only where the condition is true.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+
+import pytest
+
+from ray_history_pulumi.azure_conditions import (
+    BLOB_PATH,
+    CONTAINER_NAME,
+    WRITE_DATA_ACTIONS,
+    namespace_write_condition,
+)
+from runtime.storage.layout import ClusterRef, KeyLayout
+
+_BLOBS = "Microsoft.Storage/storageAccounts/blobServices/containers/blobs"
+#: Storage Blob Data Contributor's DataActions, as listed in
+#: https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/storage#storage-blob-data-contributor
+CONTRIBUTOR_DATA_ACTIONS = {
+    f"{_BLOBS}/delete",
+    f"{_BLOBS}/read",
+    f"{_BLOBS}/write",
+    f"{_BLOBS}/move/action",
+    f"{_BLOBS}/add/action",
+}
+READ = f"{_BLOBS}/read"
+CONTAINER = "ray-historyserver"
+_TOKEN = re.compile(
+    r"\s*(?:(?P<paren>[()!])|(?P<bool>AND|OR)\b|ActionMatches\{'(?P<action>[^']*)'\}"
+    r"|(?P<attr>@Resource\[[^\]]+\])|(?P<op>String[A-Za-z]+)\b|'(?P<value>[^']*)')"
+)
+_ATTRIBUTES = {BLOB_PATH: "path", CONTAINER_NAME: "container"}
+
+
+def _tokens(expression: str) -> list[tuple[str, str]]:
+    tokens, pos = [], 0
+    while pos < len(expression.rstrip()):
+        match = _TOKEN.match(expression, pos)
+        assert match, f"unparsed condition text at {pos}: {expression[pos : pos + 40]!r}"
+        kind = next(k for k, v in match.groupdict().items() if v is not None)
+        tokens.append((kind, match.group(kind)))
+        pos = match.end()
+    return tokens
+
+
+def condition_allows(expression: str, action: str, container: str, path: str) -> bool:
+    """Whether a role assignment with this condition lets ``action`` through on ``container/path``."""
+    request = {"path": path, "container": container}
+    tokens = _tokens(expression)
+
+    def expr(i: int) -> tuple[bool, int]:
+        value, i = term(i)
+        joiner = None
+        while i < len(tokens) and tokens[i][0] == "bool":
+            assert joiner in (None, tokens[i][1]), "AND and OR mixed without parentheses"
+            joiner = tokens[i][1]
+            right, i = term(i + 1)
+            value = (value and right) if joiner == "AND" else (value or right)
+        return value, i
+
+    def term(i: int) -> tuple[bool, int]:
+        kind, text = tokens[i]
+        if (kind, text) == ("paren", "!"):
+            value, i = term(i + 1)
+            return not value, i
+        if (kind, text) == ("paren", "("):
+            value, i = expr(i + 1)
+            assert tokens[i] == ("paren", ")"), tokens[i:]
+            return value, i + 1
+        if kind == "action":
+            return fnmatch.fnmatchcase(action, text), i + 1
+        assert kind == "attr" and tokens[i + 1][0] == "op" and tokens[i + 2][0] == "value", tokens[i : i + 3]
+        actual, operator, wanted = request[_ATTRIBUTES[text]], tokens[i + 1][1], tokens[i + 2][1]
+        if operator == "StringEquals":
+            return actual == wanted, i + 3
+        assert operator == "StringStartsWith", operator
+        return actual.startswith(wanted), i + 3
+
+    value, end = expr(0)
+    assert end == len(tokens), tokens[end:]
+    return value
+
+
+def layout_keys(root_dir: str, namespace: str) -> dict[str, str]:
+    """Keys a collector of ``namespace`` writes, and its sessions' shared indexes, built by the
+    runtime's own layout (``runtime/storage/layout.py``)."""
+    layout = KeyLayout(root_dir)
+    session = "session_2024-01-01_00-00-00_000000_1"
+    bare = ClusterRef(namespace, "raycluster-x")
+    job = ClusterRef(namespace, "raycluster-y", owner_kind="rayjob", owner_name="job-1")
+    serve = ClusterRef(namespace, "raycluster-z", owner_kind="rayservice", owner_name="svc-1")
+    node = "a" * 56
+    return {
+        "log": layout.log_key(bare, session, node, "raylet.out"),
+        "job-log": layout.log_key(job, session, node, "worker.log"),
+        "events": layout.node_events_key(serve, session, node, f"{node}-2024-01-01-00-1.jsonl"),
+        "ended": layout.session_ended_key(bare, session),
+        "marker": layout.marker_key(bare, session),
+        "job-marker": layout.marker_key(job, session),
+        "serve-marker": layout.marker_key(serve, session),
+    }
+
+
+def index_keys(root_dir: str, namespace: str) -> list[str]:
+    layout, session = KeyLayout(root_dir), "session_2024-01-01_00-00-00_000000_1"
+    return [*layout.index_keys(ClusterRef(namespace, "raycluster-x"), session, "v1-s1", "f" * 64)]
+
+
+def test_the_condition_targets_every_data_changing_action_of_the_role() -> None:
+    """Storage Blob Data Contributor's DataActions are blobs delete, read, write, move/action and
+    add/action (https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/storage#storage-blob-data-contributor);
+    the condition names every one of them but read, so no write path escapes it (write and
+    add/action both write blobs and need identical conditions, a rename could move a blob past a
+    path condition: https://learn.microsoft.com/azure/storage/blobs/storage-auth-abac-security)."""
+    condition = namespace_write_condition("", "team-a", CONTAINER)
+    targeted = {token for kind, token in _tokens(condition) if kind == "action"}
+    assert targeted == CONTRIBUTOR_DATA_ACTIONS - {READ} == set(WRITE_DATA_ACTIONS)
+
+
+@pytest.mark.parametrize("root_dir", ["", "prod/ray"])
+@pytest.mark.parametrize("action", WRITE_DATA_ACTIONS)
+def test_a_namespace_writes_only_its_own_keys(root_dir: str, action: str) -> None:
+    """team-a's condition lets every data-changing action through on team-a's session objects,
+    log objects and metadata markers, and on none of team-b's, nor of "team" (a prefix of
+    "team-a") or "team-a-x" (which starts with it), so no team's credential overwrites or deletes
+    another's history. Blob path values carry no container name and no leading ``/``
+    (https://learn.microsoft.com/azure/storage/blobs/storage-auth-abac-attributes#blob-path);
+    ``StringStartsWith`` matches the start of the value
+    (https://learn.microsoft.com/azure/role-based-access-control/conditions-format)."""
+    conditions = {ns: namespace_write_condition(root_dir, ns, CONTAINER) for ns in ("team-a", "team-b", "team")}
+    own = layout_keys(root_dir, "team-a")
+    for what, key in own.items():
+        assert condition_allows(conditions["team-a"], action, CONTAINER, key), (what, key)
+        assert not condition_allows(conditions["team-b"], action, CONTAINER, key), (what, key)
+        assert not condition_allows(conditions["team"], action, CONTAINER, key), (what, key)
+    for other in ("team-b", "team", "team-a-x"):
+        for what, key in layout_keys(root_dir, other).items():
+            assert not condition_allows(conditions["team-a"], action, CONTAINER, key), (other, what, key)
+    # ``python -m runtime.storage check`` probes with the collector's credential.
+    probe = f"{root_dir}/_selfcheck/probe" if root_dir else "_selfcheck/probe"
+    assert condition_allows(conditions["team-a"], action, CONTAINER, probe)
+
+
+@pytest.mark.parametrize("root_dir", ["", "prod/ray"])
+def test_shared_indexes_and_other_containers_stay_out_of_reach(root_dir: str) -> None:
+    """No collector writes ``ROOT/history-index/`` (its own sessions' indexes included), nor its
+    own keys in another container of the account (the container name attribute:
+    https://learn.microsoft.com/azure/storage/blobs/storage-auth-abac-examples#example-write-blobs-in-named-containers-with-a-path),
+    which matters with ``role_scope="account"``."""
+    condition = namespace_write_condition(root_dir, "team-a", CONTAINER)
+    for action in WRITE_DATA_ACTIONS:
+        for key in index_keys(root_dir, "team-a"):
+            assert not condition_allows(condition, action, CONTAINER, key), key
+            assert not condition_allows(condition, action, "ray-history-index", key), key
+        assert not condition_allows(condition, action, "ray-history-index", layout_keys(root_dir, "team-a")["log"])
+
+
+def test_reads_and_listings_are_not_restricted() -> None:
+    """``blobs/read`` (reading a blob and listing, its ``Blob.List`` suboperation:
+    https://learn.microsoft.com/azure/storage/blobs/storage-auth-abac-attributes#list-blobs) is
+    not named, so the condition is true for it anywhere: "If a user tries to perform an action in
+    the role assignment that is not <action>, !(ActionMatches) evaluates to true"
+    (https://learn.microsoft.com/azure/role-based-access-control/conditions-format)."""
+    condition = namespace_write_condition("", "team-a", CONTAINER)
+    for key in [*layout_keys("", "team-b").values(), *index_keys("", "team-b"), ""]:
+        assert condition_allows(condition, READ, CONTAINER, key)
+
+
+def test_values_that_would_need_quoting_are_refused() -> None:
+    """Values are single-quoted literals in the grammar
+    (https://learn.microsoft.com/azure/role-based-access-control/conditions-format): a quote in
+    the root dir would end one early, so it is refused rather than emitted."""
+    with pytest.raises(ValueError, match="condition value"):
+        namespace_write_condition("it's", "team-a", CONTAINER)
