@@ -19,6 +19,7 @@ from infra.config_checks import (
     check_cluster_name,
     check_cluster_source,
     check_federated_credentials,
+    check_front_door_sources,
     check_image_pull,
     check_image_repository,
     check_index_container,
@@ -369,6 +370,7 @@ def parse_config(raw: Mapping[str, object]) -> StackConfig:
     check_cluster_name(config)
     check_namespaces(config)
     resolve_ingress(config.access, config.cloud)
+    check_front_door_sources(config)
     check_image_pull(config)
     check_image_repository(config)
     check_index_container(config)

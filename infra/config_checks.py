@@ -52,6 +52,21 @@ def _check_existing_cluster_identity(config: StackConfig) -> None:
         raise ConfigError(f"{_key('azure.oidcIssuerUrl')} is required on an existing AKS cluster")
 
 
+def check_front_door_sources(config: StackConfig) -> None:
+    """An ALB's addresses come from the cluster's VPC, found through the EKS cluster by name
+    (``infra/platform.py`` ``front_door_cidrs``): an existing cluster must be named for an
+    ``alb`` ingress whose NetworkPolicy (``access.ingressFrom``) must admit them. Run after
+    the ingress flavour is resolved."""
+    ingress = config.access.ingress
+    if config.aws is None or config.create_cluster or ingress is None or ingress.flavour != "alb":
+        return
+    if config.access.ingress_from and not config.aws.cluster_name:
+        raise ConfigError(
+            f"{_key('aws.clusterName')} is required on an existing cluster for an alb ingress with "
+            f"{_key('access.ingressFrom')}: the NetworkPolicy admits the ALB by the cluster's VPC CIDRs"
+        )
+
+
 #: The longest cluster name each cloud accepts for what the stack creates, and why.
 CLUSTER_NAME_LIMITS = {
     "gcp": (40, "GKE cluster names allow 40 characters"),

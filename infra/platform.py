@@ -407,6 +407,31 @@ def build_images(
     return Images(collector=images.collector_image, server=images.server_image), [images]
 
 
+def front_door_cidrs(
+    config: StackConfig, cluster: Cluster, cloud: pulumi.ProviderResource | None
+) -> pulumi.Output[list[str]] | None:
+    """Where an ALB's traffic comes from, for the NetworkPolicy of ``access.ingressFrom``: the
+    CIDR blocks of the cluster's VPC. With ``target-type: ip`` the ALB sends requests and health
+    checks straight to pod IPs from its own addresses in the VPC's subnets
+    (https://kubernetes-sigs.github.io/aws-load-balancer-controller/latest/how-it-works/), which
+    no namespace selector matches; a policy without them cuts the ALB off wherever network
+    policy is enforced (https://docs.aws.amazon.com/eks/latest/userguide/cni-network-policy.html).
+    None when nothing needs them (no ALB, or no NetworkPolicy)."""
+    ingress = config.access.ingress
+    if config.aws is None or ingress is None or ingress.flavour != "alb" or not config.access.ingress_from:
+        return None
+    import pulumi_aws as aws
+
+    invoke = pulumi.InvokeOutputOptions(provider=cloud)
+    # A created cluster's name is an output: the lookups wait for the cluster.
+    eks = aws.eks.get_cluster_output(name=cluster.name or config.aws.cluster_name, opts=invoke)
+    vpc = aws.ec2.get_vpc_output(id=eks.vpc_config.vpc_id, opts=invoke)
+    return pulumi.Output.all(vpc.cidr_block, vpc.cidr_block_associations).apply(
+        # Each association is an output type, a dict keyed by snake_case names (typed or not).
+        lambda parts: sorted({parts[0], *(block["cidr_block"] for block in parts[1] or [])})
+    )
+
+
 def settle_front_door(config: StackConfig, cloud: pulumi.ProviderResource | None) -> None:
     """Fill in what only the deploy knows about the front door (``access.trustedHeader``).
 

@@ -19,7 +19,15 @@ import pulumi_kubernetes as k8s
 from infra import cluster_checks
 from infra.config import StackConfig, load_config
 from infra.outputs import collector_options_output
-from infra.platform import Cluster, build_images, cluster_for, gcp_services, settle_front_door, storage_for
+from infra.platform import (
+    Cluster,
+    build_images,
+    cluster_for,
+    front_door_cidrs,
+    gcp_services,
+    settle_front_door,
+    storage_for,
+)
 from infra.providers import cloud_provider, kubernetes_provider
 from ray_history_pulumi.contracts import SERVER_SERVICE_ACCOUNT, ServiceAccountRef, StorageWiring
 from ray_history_pulumi.history_server import SERVICE_PORT, HistoryServerArgs, HistoryServerK8s
@@ -216,6 +224,7 @@ def deploy(config: StackConfig | None = None) -> Deployment:
             ingress=config.access.ingress,
             cluster_role_annotations=cluster_role_annotations(config, cluster.kubeconfig),
             metrics_env=metrics.server_env if metrics else {},
+            front_door_cidrs=front_door_cidrs(config, cluster, cloud),
         ),
         opts=on_k8s,
     )

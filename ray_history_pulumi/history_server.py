@@ -140,6 +140,7 @@ class HistoryServerK8s(pulumi.ComponentResource):
             namespace=ns,
             labels=labels,
             opts=in_ns,
+            front_door_cidrs=args.front_door_cidrs,
         )
         # The Service and the Ingress name these: the controller rejects what it cannot find yet.
         door = server_exposure.front_door_objects(name, plan, labels=labels, opts=in_ns) if plan else []

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +92,9 @@ class HistoryServerArgs:
             grants (``wiring.shared_index``). More than the storage grants is an error.
         metrics_env: the server's metrics settings (``PROMETHEUS_URL``, ``GRAFANA_URL``, ...),
             :attr:`~ray_history_pulumi.metrics.RayMetrics.server_env`; empty = none.
+        front_door_cidrs: where the front door's traffic comes from besides what its flavour
+            knows (an ALB sending to pod IPs: the VPC's CIDR blocks), admitted by the
+            NetworkPolicy of ``access.ingress_from``; None = nothing more.
     """
 
     image: pulumi.Input[str]
@@ -111,6 +115,7 @@ class HistoryServerArgs:
     cluster_role_annotations: pulumi.Input[dict[str, str]] = field(default_factory=dict)
     shared_index: str | None = None
     metrics_env: dict[str, pulumi.Input[str]] = field(default_factory=dict)
+    front_door_cidrs: pulumi.Input[Sequence[str]] | None = None
 
     def validate(self) -> None:
         if isinstance(self.image, str) and not self.image.strip():

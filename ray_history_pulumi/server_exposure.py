@@ -7,6 +7,7 @@ only creates what they say.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pulumi
@@ -29,12 +30,14 @@ def access_objects(
     namespace: str,
     labels: dict[str, str],
     opts: pulumi.ResourceOptions,
+    front_door_cidrs: pulumi.Input[Sequence[str]] | None = None,
 ) -> list[pulumi.Resource]:
     """The ``static`` policy's ConfigMap and, with ``access.ingress_from``, the NetworkPolicy.
 
     The NetworkPolicy also admits the front door's own sources: a policy naming only the
     ingress controller's namespace would cut off GKE's load balancer, whose traffic and health
-    checks come from Google's ranges, not from a pod.
+    checks come from Google's ranges, not from a pod, and an ALB sending to pod IPs from its
+    addresses in the VPC (``front_door_cidrs``).
     """
     made: list[pulumi.Resource] = []
     if access is None:
@@ -49,11 +52,20 @@ def access_objects(
             )
         )
     if access.ingress_from:
-        spec = access.network_policy_spec(
-            labels,
-            port,
-            extra_namespaces=plan.source_namespaces if plan else (),
-            extra_cidrs=plan.source_cidrs if plan else (),
+        policy_access = access
+
+        def spec_with(more_cidrs: Sequence[str]) -> dict[str, Any]:
+            return policy_access.network_policy_spec(
+                labels,
+                port,
+                extra_namespaces=plan.source_namespaces if plan else (),
+                extra_cidrs=(*(plan.source_cidrs if plan else ()), *more_cidrs),
+            )
+
+        spec: pulumi.Input[dict[str, Any]] = (
+            spec_with(())
+            if front_door_cidrs is None
+            else pulumi.Output.from_input(front_door_cidrs).apply(lambda cidrs: spec_with(list(cidrs)))
         )
         made.append(
             k8s.networking.v1.NetworkPolicy(

@@ -228,7 +228,19 @@ def _default_calls() -> dict[str, Callable[[State], State]]:
         "aws:eks/getCluster:getCluster": lambda a: {
             "name": a.get("name", "ray"),
             "arn": f"arn:aws:eks:{AWS_REGION}:{AWS_ACCOUNT}:cluster/{a.get('name', 'ray')}",
-            "vpcConfig": {"subnetIds": ["subnet-a", "subnet-b"], "clusterSecurityGroupId": "sg-cluster"},
+            "vpcConfig": {
+                "subnetIds": ["subnet-a", "subnet-b"],
+                "clusterSecurityGroupId": "sg-cluster",
+                "vpcId": "vpc-mock",
+            },
+        },
+        "aws:ec2/getVpc:getVpc": lambda a: {
+            "id": a.get("id", "vpc-mock"),
+            "cidrBlock": "10.0.0.0/16",
+            "cidrBlockAssociations": [
+                {"associationId": "vpc-cidr-assoc-1", "cidrBlock": "10.0.0.0/16", "state": "associated"},
+                {"associationId": "vpc-cidr-assoc-2", "cidrBlock": "100.64.0.0/16", "state": "associated"},
+            ],
         },
         "aws:index/getRegion:getRegion": lambda a: {"name": AWS_REGION, "region": AWS_REGION},
         "aws:index/getPartition:getPartition": lambda a: {"partition": "aws", "dnsSuffix": "amazonaws.com"},

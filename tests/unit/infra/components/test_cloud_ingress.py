@@ -163,6 +163,40 @@ def test_gke_network_policy_admits_googles_load_balancer() -> None:
     assert {s["ipBlock"]["cidr"] for s in sources if "ipBlock" in s} == set(GOOGLE_LB_RANGES)
 
 
+def test_alb_network_policy_admits_the_load_balancer_by_the_vpcs_cidrs() -> None:
+    """An ALB with ``target-type: ip`` sends requests and health checks straight to pod IPs
+    from its own addresses in the VPC's subnets
+    (https://kubernetes-sigs.github.io/aws-load-balancer-controller/latest/how-it-works/); no
+    namespace selector matches them, so where network policy is enforced (VPC CNI network
+    policy, https://docs.aws.amazon.com/eks/latest/userguide/cni-network-policy.html, or
+    Calico) a policy of namespaces alone leaves every target unhealthy. The policy admits the
+    cluster's VPC CIDR blocks, primary and secondary (the mock VPC's 10.0.0.0/16 and
+    100.64.0.0/16), looked up from the cluster (found by reviewer helper-54)."""
+    mocks = _deploy("eks", {"ingress": {"host": HOST}, "ingressFrom": ["monitoring"]})
+    _validated(mocks)
+    ingress = mocks.one(INGRESS).inputs
+    assert ingress["metadata"]["annotations"]["alb.ingress.kubernetes.io/target-type"] == "ip"
+    sources = mocks.one(POLICY).inputs["spec"]["ingress"][0]["from"]
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}} in sources
+    assert [s["ipBlock"]["cidr"] for s in sources if "ipBlock" in s] == ["10.0.0.0/16", "100.64.0.0/16"]
+    [vpc] = mocks.invokes_of("aws:ec2/getVpc:getVpc")
+    assert vpc.args["id"] == "vpc-mock"
+    # Without ingressFrom there is no policy, and nothing is looked up.
+    mocks = _deploy("eks", {"ingress": {"host": HOST}})
+    assert not mocks.of_type(POLICY) and not mocks.invokes_of("aws:ec2/getVpc:getVpc")
+
+
+def test_alb_with_ingress_from_on_an_existing_cluster_needs_its_name() -> None:
+    """The VPC is found through the EKS cluster: an existing cluster without
+    ``aws.clusterName`` (IRSA needs none) stops at configuration, naming the key."""
+    values = _stack("eks", {"ingress": {"host": HOST}, "ingressFrom": ["monitoring"]})
+    values["aws"] = {**values["aws"], "identityMode": "irsa", "clusterName": ""}
+    values["aws"]["oidcProviderArn"] = f"arn:aws:iam::{AWS_ACCOUNT}:oidc-provider/oidc.eks.example/id/X"
+    values["aws"]["oidcIssuerUrl"] = "https://oidc.eks.example/id/X"
+    with pytest.raises(ConfigError, match=r"aws\.clusterName.*alb ingress.*access\.ingressFrom"):
+        parse_config(values)
+
+
 def test_gke_ingress_waits_for_what_it_names() -> None:
     """GKE's controller rejects an Ingress or Service naming a BackendConfig, FrontendConfig or
     ManagedCertificate that does not exist yet (events "BackendConfig not found"): they are made
