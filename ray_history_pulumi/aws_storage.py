@@ -44,6 +44,8 @@ from ray_history_pulumi.contracts import (
 )
 from ray_history_pulumi.retention import RETENTION_SERVICE_ACCOUNT
 from ray_history_pulumi.storage_common import (
+    account_resource_name,
+    former_account_aliases,
     namespace_prefixes,
     probe_prefix,
     resolve_index_maintainers,
@@ -374,16 +376,21 @@ class S3HistoryStorage(pulumi.ComponentResource):
         )
         self.ready.update({writer_key(sa) if write else "server": [policy] for sa in accounts})
         if args.identity_mode == "pod-identity":
+            # Every collector had the one writer role before roles were per namespace.
+            all_accounts = args.collectors() if kind == "writer" else accounts
             for sa in accounts:
                 self.ready[writer_key(sa) if write else "server"].append(
                     aws.eks.PodIdentityAssociation(
-                        f"{name}-{kind}-{sa.namespace}-{sa.name}",
+                        account_resource_name(f"{name}-{kind}", sa),
                         cluster_name=args.cluster_name,
                         namespace=sa.namespace,
                         service_account=sa.name,
                         role_arn=role.arn,
                         tags=args.tags or None,
-                        opts=child,
+                        opts=pulumi.ResourceOptions.merge(
+                            child,
+                            pulumi.ResourceOptions(aliases=former_account_aliases(f"{name}-{kind}", sa, all_accounts)),
+                        ),
                     )
                 )
         return role

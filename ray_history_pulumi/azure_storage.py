@@ -40,6 +40,8 @@ from ray_history_pulumi.contracts import (
     StorageWiring,
 )
 from ray_history_pulumi.storage_common import (
+    account_resource_name,
+    former_account_aliases,
     index_prefix,
     storage_env,
     validate_common,
@@ -307,6 +309,7 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
                 client=client,
                 grants=[("blob-data", scope, BLOB_DATA_CONTRIBUTOR, condition)],
                 credential_prefix=f"{name}-writer",
+                all_accounts=collectors,  # all were on one writer identity before
             )
         self.maintainer_identity = (
             self._identity(
@@ -401,9 +404,10 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
         client: pulumi.Output[azure.authorization.GetClientConfigResult],
         grants: list[_Grant],
         credential_prefix: str | None = None,
+        all_accounts: Sequence[ServiceAccountRef] | None = None,
     ) -> azure.managedidentity.UserAssignedIdentity:
         """An identity named ``resource_name``, a federated credential per account
-        (``CREDENTIAL_PREFIX-NS-NAME``) and a role assignment per grant (``RESOURCE_NAME-SUFFIX``)."""
+        (``CREDENTIAL_PREFIX-NS.NAME``) and a role assignment per grant (``RESOURCE_NAME-SUFFIX``)."""
         identity = azure.managedidentity.UserAssignedIdentity(
             resource_name,
             resource_group_name=args.resource_group_name,
@@ -415,15 +419,20 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
         previous: list[pulumi.Resource] = []
         credentials: dict[str, pulumi.Resource] = {}
         for account in accounts:
+            prefix = credential_prefix or resource_name
             credential = azure.managedidentity.FederatedIdentityCredential(
-                f"{credential_prefix or resource_name}-{account.namespace}-{account.name}",
+                account_resource_name(prefix, account),
                 resource_group_name=args.resource_group_name,
                 resource_name_=identity.name,
                 federated_identity_credential_resource_name=federated_credential_name(account),
                 issuer=args.oidc_issuer_url,
                 subject=account.subject,
                 audiences=[TOKEN_EXCHANGE_AUDIENCE],
-                opts=pulumi.ResourceOptions(parent=self, depends_on=previous),
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    depends_on=previous,
+                    aliases=former_account_aliases(prefix, account, all_accounts or accounts),
+                ),
             )
             previous = [credential]
             self.federated_credentials.append(credential)

@@ -33,6 +33,8 @@ from ray_history_pulumi.contracts import (
 from ray_history_pulumi.gcp_services import lookup_options
 from ray_history_pulumi.retention import RETENTION_SERVICE_ACCOUNT
 from ray_history_pulumi.storage_common import (
+    account_resource_name,
+    former_account_aliases,
     index_prefix,
     namespace_prefixes,
     probe_prefix,
@@ -231,13 +233,17 @@ class GcsHistoryStorage(pulumi.ComponentResource):
         ) -> None:
             member = project_number.apply(partial(_principal_for, project_id=args.project, account=account))
             key = "server" if kind == "server" else writer_key(account)
+            accounts = [args.server] if kind == "server" else args.writers
             binding = gcp.storage.BucketIAMMember(
-                f"{name}-{kind}-{account.namespace}-{account.name}",
+                account_resource_name(f"{name}-{kind}", account),
                 bucket=self.bucket.name,
                 role=role,
                 member=member,
                 condition=condition,
-                opts=after_pool,
+                opts=pulumi.ResourceOptions.merge(
+                    after_pool,
+                    pulumi.ResourceOptions(aliases=former_account_aliases(f"{name}-{kind}", account, accounts)),
+                ),
             )
             ready.setdefault(key, []).append(binding)
             if key not in self.grants:

@@ -76,6 +76,25 @@ def shared_index_covers(granted: str, wanted: str) -> bool:
     return SHARED_INDEX_MODES.index(wanted) <= SHARED_INDEX_MODES.index(granted)
 
 
+def account_resource_name(prefix: str, account: ServiceAccountRef) -> str:
+    """Pulumi name of a resource made per service account: ``PREFIX-NS.NAME``. A namespace holds
+    no ``.`` (an RFC 1123 label), so two accounts never share it; ``PREFIX-NS-NAME``, the name
+    such resources had before, was the same for ``a-b/c`` and ``a/b-c`` and failed the deploy
+    with a duplicate URN (https://www.pulumi.com/docs/iac/concepts/resources/names/#urns)."""
+    return f"{prefix}-{account.namespace}.{account.name}"
+
+
+def former_account_aliases(
+    prefix: str, account: ServiceAccountRef, accounts: Sequence[ServiceAccountRef]
+) -> list[pulumi.Alias]:
+    """The name a stack deployed before :func:`account_resource_name` knows this resource by,
+    so that ``pulumi up`` renames it in place instead of replacing it; none where that name
+    was ambiguous among ``accounts`` (such a stack could not have been deployed)."""
+    former = f"{prefix}-{account.namespace}-{account.name}"
+    same = [sa for sa in accounts if f"{prefix}-{sa.namespace}-{sa.name}" == former]
+    return [pulumi.Alias(name=former)] if len(same) == 1 else []
+
+
 def writer_key(account: ServiceAccountRef) -> str:
     """Key of a writer in :attr:`StorageWiring.writers`: ``namespace/name``."""
     return f"{account.namespace}/{account.name}"

@@ -614,3 +614,30 @@ def test_a_long_namespace_keeps_role_names_within_aws_limits() -> None:
     assert names_over_limit(mocks) == []
     prefixes = [r.inputs.get("namePrefix") for r in mocks.of_type("aws:iam/role:Role") if "writer" in r.name]
     assert len(prefixes) == 2 and all(prefixes) and len(set(prefixes)) == 2, prefixes
+
+
+def test_accounts_whose_dashed_names_coincide_get_distinct_resources(mocks: RecordingMocks) -> None:
+    """``a-b/c`` and ``a/b-c`` are distinct service accounts (EKS allows one Pod Identity
+    association per namespace and service account), but ``NAME-KIND-NS-SA`` made both
+    associations ``history-writer-a-b-c``, and Pulumi refuses a duplicate URN
+    (https://www.pulumi.com/docs/iac/concepts/resources/names/#urns): a namespace holds no
+    ``.``, so ``NS.SA`` is unique. An unambiguous former name stays an alias: a stack deployed
+    before renames its association in place (found by reviewer helper-54)."""
+    from ray_history_pulumi.storage_common import account_resource_name, former_account_aliases
+
+    writers = [ServiceAccountRef("a-b", "c"), ServiceAccountRef("a", "b-c"), ServiceAccountRef("ray", "ray-collector")]
+    _policies_for(
+        mocks,
+        writers=writers,
+        identity_mode="pod-identity",
+        cluster_name="demo-eks",
+        oidc_provider_arn=None,
+        oidc_issuer_url=None,
+    )
+    names = [a.name for a in mocks.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")]
+    assert len(names) == len(set(names)) == 4, names
+    assert "history-writer-a-b.c" in names and "history-writer-a.b-c" in names
+    assert account_resource_name("history-writer", writers[2]) == "history-writer-ray.ray-collector"
+    [alias] = former_account_aliases("history-writer", writers[2], writers)
+    assert alias.name == "history-writer-ray-ray-collector"
+    assert former_account_aliases("history-writer", writers[0], writers) == []  # ambiguous: never deployed

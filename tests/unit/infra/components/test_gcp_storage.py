@@ -251,8 +251,8 @@ def test_write_adds_a_grant_conditioned_on_the_index_prefix(mocks: RecordingMock
         if str(g["name"]).startswith("history-server")
     }
     assert server == {
-        "history-server-ray-system-ray-history-server": {
-            "name": "history-server-ray-system-ray-history-server",
+        "history-server-ray-system.ray-history-server": {
+            "name": "history-server-ray-system.ray-history-server",
             "role": SERVER_ROLE,
             "condition": None,
         },
