@@ -23,7 +23,7 @@ import orjson
 from runtime.common.ids import to_hex_id_or_none
 from runtime.common.timestamps import parse_timestamp_ns
 from runtime.storage.errors import InvalidKeyError
-from runtime.storage.layout import validate_job_id
+from runtime.storage.layout import validate_job_id, validate_session_name
 
 #: Payload keys whose ``jobId`` files an event under ``job_events/{job}``, in the
 #: reference's lookup order.
@@ -61,7 +61,6 @@ KNOWN_EVENT_TYPES = frozenset(
     }
 )
 
-_SAFE = re.compile(r"[A-Za-z0-9._-]{1,255}")
 #: What the array scan looks at: a whole string (a bracket or comma inside one is
 #: not structure) or one structural byte; numbers, literals, colons and whitespace
 #: are skipped (the decoding of each element checks them).
@@ -177,7 +176,9 @@ def check_event(item: object) -> tuple[dict[str, object] | None, str]:
     if not isinstance(item, dict):
         return None, "not_an_object"
     session = item.get("sessionName")
-    if not isinstance(session, str) or not _SAFE.fullmatch(session) or session in (".", ".."):
+    try:
+        validate_session_name(session)  # type: ignore[arg-type]  # the key's own rule; non-strings fail it
+    except InvalidKeyError:
         return None, "invalid_session_name"
     timestamp = item.get("timestamp")
     if not isinstance(timestamp, str):
