@@ -23,7 +23,7 @@ from ray_history_pulumi.azure_conditions import (
     WRITE_DATA_ACTIONS,
     namespace_write_condition,
 )
-from runtime.storage.layout import ClusterRef, KeyLayout
+from tests.unit.infra.collector_keys import collector_keys, index_keys
 
 _BLOBS = "Microsoft.Storage/storageAccounts/blobServices/containers/blobs"
 #: Storage Blob Data Contributor's DataActions, as listed in
@@ -93,31 +93,6 @@ def condition_allows(expression: str, action: str, container: str, path: str) ->
     return value
 
 
-def layout_keys(root_dir: str, namespace: str) -> dict[str, str]:
-    """Keys a collector of ``namespace`` writes, and its sessions' shared indexes, built by the
-    runtime's own layout (``runtime/storage/layout.py``)."""
-    layout = KeyLayout(root_dir)
-    session = "session_2024-01-01_00-00-00_000000_1"
-    bare = ClusterRef(namespace, "raycluster-x")
-    job = ClusterRef(namespace, "raycluster-y", owner_kind="rayjob", owner_name="job-1")
-    serve = ClusterRef(namespace, "raycluster-z", owner_kind="rayservice", owner_name="svc-1")
-    node = "a" * 56
-    return {
-        "log": layout.log_key(bare, session, node, "raylet.out"),
-        "job-log": layout.log_key(job, session, node, "worker.log"),
-        "events": layout.node_events_key(serve, session, node, f"{node}-2024-01-01-00-1.jsonl"),
-        "ended": layout.session_ended_key(bare, session),
-        "marker": layout.marker_key(bare, session),
-        "job-marker": layout.marker_key(job, session),
-        "serve-marker": layout.marker_key(serve, session),
-    }
-
-
-def index_keys(root_dir: str, namespace: str) -> list[str]:
-    layout, session = KeyLayout(root_dir), "session_2024-01-01_00-00-00_000000_1"
-    return [*layout.index_keys(ClusterRef(namespace, "raycluster-x"), session, "v1-s1", "f" * 64)]
-
-
 def test_the_condition_targets_every_data_changing_action_of_the_role() -> None:
     """Storage Blob Data Contributor's DataActions are blobs delete, read, write, move/action and
     add/action (https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/storage#storage-blob-data-contributor);
@@ -140,13 +115,13 @@ def test_a_namespace_writes_only_its_own_keys(root_dir: str, action: str) -> Non
     ``StringStartsWith`` matches the start of the value
     (https://learn.microsoft.com/azure/role-based-access-control/conditions-format)."""
     conditions = {ns: namespace_write_condition(root_dir, ns, CONTAINER) for ns in ("team-a", "team-b", "team")}
-    own = layout_keys(root_dir, "team-a")
+    own = collector_keys(root_dir, "team-a")
     for what, key in own.items():
         assert condition_allows(conditions["team-a"], action, CONTAINER, key), (what, key)
         assert not condition_allows(conditions["team-b"], action, CONTAINER, key), (what, key)
         assert not condition_allows(conditions["team"], action, CONTAINER, key), (what, key)
     for other in ("team-b", "team", "team-a-x"):
-        for what, key in layout_keys(root_dir, other).items():
+        for what, key in collector_keys(root_dir, other).items():
             assert not condition_allows(conditions["team-a"], action, CONTAINER, key), (other, what, key)
     # ``python -m runtime.storage check`` probes with the collector's credential.
     probe = f"{root_dir}/_selfcheck/probe" if root_dir else "_selfcheck/probe"
@@ -161,10 +136,10 @@ def test_shared_indexes_and_other_containers_stay_out_of_reach(root_dir: str) ->
     which matters with ``role_scope="account"``."""
     condition = namespace_write_condition(root_dir, "team-a", CONTAINER)
     for action in WRITE_DATA_ACTIONS:
-        for key in index_keys(root_dir, "team-a"):
+        for key in index_keys(root_dir, "team-a").values():
             assert not condition_allows(condition, action, CONTAINER, key), key
             assert not condition_allows(condition, action, "ray-history-index", key), key
-        assert not condition_allows(condition, action, "ray-history-index", layout_keys(root_dir, "team-a")["log"])
+        assert not condition_allows(condition, action, "ray-history-index", collector_keys(root_dir, "team-a")["log"])
 
 
 def test_reads_and_listings_are_not_restricted() -> None:
@@ -174,7 +149,7 @@ def test_reads_and_listings_are_not_restricted() -> None:
     the role assignment that is not <action>, !(ActionMatches) evaluates to true"
     (https://learn.microsoft.com/azure/role-based-access-control/conditions-format)."""
     condition = namespace_write_condition("", "team-a", CONTAINER)
-    for key in [*layout_keys("", "team-b").values(), *index_keys("", "team-b"), ""]:
+    for key in [*collector_keys("", "team-b").values(), *index_keys("", "team-b").values(), ""]:
         assert condition_allows(condition, READ, CONTAINER, key)
 
 

@@ -17,7 +17,8 @@ from ray_history_pulumi.azure_storage import (
     writer_identity_resource_name,
 )
 from ray_history_pulumi.contracts import ServiceAccountRef
-from tests.unit.infra.components.test_azure_conditions import condition_allows, index_keys, layout_keys
+from tests.unit.infra.collector_keys import collector_keys, index_keys
+from tests.unit.infra.components.test_azure_conditions import condition_allows
 from tests.unit.infra.mocks import AKS_ISSUER, AZURE_SUBSCRIPTION, RecordingMocks, settled
 
 WRITERS = [ServiceAccountRef("ray", "ray-collector"), ServiceAccountRef("team-a", "ray-worker")]
@@ -451,12 +452,12 @@ def test_each_collector_namespace_gets_its_own_identity_limited_to_its_keys(mock
         assert grants[f"history-writer-{team}-blob-data"] == (CONTRIBUTOR, "ray-historyserver")
         assert assignment["conditionVersion"] == "2.0"
         condition = assignment["condition"]
-        own, foreign = layout_keys("prod", team), layout_keys("prod", other)
+        own, foreign = collector_keys("prod", team), collector_keys("prod", other)
         for action in WRITE_DATA_ACTIONS:
             for what in own:
                 assert condition_allows(condition, action, "ray-historyserver", own[what]), (team, what)
                 assert not condition_allows(condition, action, "ray-historyserver", foreign[what]), (team, what)
-            for key in index_keys("prod", team):
+            for key in index_keys("prod", team).values():
                 assert not condition_allows(condition, action, "ray-historyserver", key)
             assert condition_allows(condition, action, "ray-historyserver", "prod/_selfcheck/probe")
     for name in ("history-maintainer-blob-data", "history-maintainer-index-data", "history-server-blob-data"):

@@ -18,7 +18,7 @@ from ray_history_pulumi.gcp_storage import (
     GcsHistoryStorageArgs,
     workload_identity_principal,
 )
-from runtime.storage.layout import ClusterRef, KeyLayout
+from tests.unit.infra.collector_keys import collector_keys, index_keys
 from tests.unit.infra.mocks import GCP_PROJECT_NUMBER, RecordingMocks, settled
 
 WRITERS = [ServiceAccountRef("ray", "ray-collector"), ServiceAccountRef("team-a", "ray-worker")]
@@ -293,28 +293,6 @@ def test_wiring_carries_the_mode_and_only_the_gc_job_maintains_indexes(mocks: Re
     return pulumi.Output.all(*storage.members.values()).apply(check)
 
 
-def _layout_keys(root_dir: str, namespace: str) -> dict[str, str]:
-    """Keys a collector of ``namespace`` writes, and the shared index of its session, built by
-    the runtime's own layout (``runtime/storage/layout.py``)."""
-    layout = KeyLayout(root_dir)
-    session = "session_2024-01-01_00-00-00_000000_1"
-    bare = ClusterRef(namespace, "raycluster-x")
-    job = ClusterRef(namespace, "raycluster-y", owner_kind="rayjob", owner_name="job-1")
-    serve = ClusterRef(namespace, "raycluster-z", owner_kind="rayservice", owner_name="svc-1")
-    node = "a" * 56
-    return {
-        "log": layout.log_key(bare, session, node, "raylet.out"),
-        "job-log": layout.log_key(job, session, node, "worker.log"),
-        "serve-events": layout.node_events_key(serve, session, node, f"{node}-2024-01-01-00-1.jsonl"),
-        "ended": layout.session_ended_key(bare, session),
-        "marker": layout.marker_key(bare, session),
-        "job-marker": layout.marker_key(job, session),
-        "serve-marker": layout.marker_key(serve, session),
-        "index": layout.index_keys(bare, session, "v1-s1", "f" * 64)[0],
-        "job-index": layout.index_keys(job, session, "v1-s1", "f" * 64)[1],
-    }
-
-
 @pytest.mark.parametrize("root_dir", ["", "prod/ray"])
 def test_collectors_write_only_their_namespace_never_shared_indexes(mocks: RecordingMocks, root_dir: str) -> None:
     """A collector credential (any job code in that team's pods has it) may create, overwrite and
@@ -345,15 +323,16 @@ def test_collectors_write_only_their_namespace_never_shared_indexes(mocks: Recor
         assert isinstance(condition, dict)
         assert condition["title"] == "own-namespace-only"
         expression = str(condition["expression"])
-        own, foreign = _layout_keys(root_dir, team), _layout_keys(root_dir, other)
-        for what in ("log", "job-log", "serve-events", "ended", "marker", "job-marker", "serve-marker"):
+        own = {**collector_keys(root_dir, team), **index_keys(root_dir, team)}
+        foreign = {**collector_keys(root_dir, other), **index_keys(root_dir, other)}
+        for what in ("log", "job-log", "events", "ended", "marker", "job-marker", "serve-marker"):
             assert condition_allows(expression, objects + own[what]), (team, what, own[what])
             assert not condition_allows(expression, objects + foreign[what]), (team, what, foreign[what])
         for what in ("index", "job-index"):
             assert not condition_allows(expression, objects + own[what]), (team, what)
             assert not condition_allows(expression, objects + foreign[what]), (team, what)
         # A namespace that only starts with this one is another namespace.
-        longer = _layout_keys(root_dir, f"{team}-x")
+        longer = collector_keys(root_dir, f"{team}-x")
         assert not condition_allows(expression, objects + longer["log"])
         assert not condition_allows(expression, objects + longer["marker"])
         assert not condition_allows(expression, "projects/_/buckets/hist")
