@@ -16,8 +16,19 @@ from typing import Any
 import orjson
 
 from runtime.cli.errors import CliError, UsageError
+from runtime.cli.terminal import printable
 
 Params = Sequence[tuple[str, str]]
+#: The most of one JSON answer the CLI holds (the body, then its decoding). The biggest
+#: legitimate answers (``/clusters`` of 100,000 sessions, 10,000 detailed tasks) are tens
+#: of MiB; past this a broken or hostile server could make the CLI buffer without end.
+MAX_ANSWER_BYTES = 128 * 1024 * 1024
+#: An error answer is only ever shown (its first 500 characters): no need to read more.
+MAX_ERROR_BYTES = 64 * 1024
+
+
+class AnswerTooLargeError(CliError):
+    """A body longer than the caller's limit (the connection is closed, not drained)."""
 
 
 @dataclass
@@ -32,6 +43,31 @@ class ApiResponse:
     def read(self) -> bytes:
         try:
             return b"".join(self.chunks)
+        finally:
+            self.close()
+
+    def read_at_most(self, limit: int) -> bytearray:
+        """The whole body; AnswerTooLargeError past ``limit`` bytes (read no further)."""
+        try:
+            # One growing buffer, not a list joined at the end: about ``limit`` bytes at most.
+            body = bytearray()
+            for chunk in self.chunks:
+                body += chunk
+                if len(body) > limit:
+                    raise AnswerTooLargeError(f"the answer is larger than {limit // (1024 * 1024)} MiB")
+            return body
+        finally:
+            self.close()
+
+    def head(self, limit: int) -> bytes:
+        """At most the first ``limit`` bytes of the body (an error message, to show)."""
+        try:
+            body = bytearray()
+            for chunk in self.chunks:
+                body += chunk[: limit - len(body)]
+                if len(body) >= limit:
+                    break
+            return bytes(body)
         finally:
             self.close()
 
@@ -59,8 +95,12 @@ class HistoryApi(ABC):
     def get_json(self, path: str, params: Params = ()) -> Any:
         """The decoded JSON answer; CliError/UsageError naming the server's message."""
         response = self.get(path, params)
-        body = response.read()
-        check_status(response.status, body, self.where, path)
+        if not 200 <= response.status < 300:
+            check_status(response.status, response.head(MAX_ERROR_BYTES), self.where, path)
+        try:
+            body = response.read_at_most(MAX_ANSWER_BYTES)
+        except AnswerTooLargeError as exc:
+            raise CliError(f"{self.where}{path}: {exc} (is this a Ray history server?)") from None
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -68,14 +108,15 @@ class HistoryApi(ABC):
 
 
 def error_message(body: bytes) -> str:
-    """The ``msg`` of the server's ``{"result": false, "msg": ...}`` errors, else the text."""
+    """The ``msg`` of the server's ``{"result": false, "msg": ...}`` errors, else the text;
+    at most 500 characters, control characters shown as escapes (it is printed)."""
     try:
         decoded = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return body.decode("utf-8", "replace").strip()[:500]
-    if isinstance(decoded, dict) and decoded.get("msg"):
-        return str(decoded["msg"])
-    return body.decode("utf-8", "replace").strip()[:500]
+        decoded = None
+    is_error = isinstance(decoded, dict) and decoded.get("msg")
+    text = str(decoded["msg"]) if is_error else body.decode("utf-8", "replace")
+    return printable(text.strip()[:500])
 
 
 def check_status(status: int, body: bytes, where: str, path: str) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from runtime.cli.errors import CliError
+from runtime.storage.base import ObjectStore
 from runtime.storage.errors import InvalidKeyError
 from runtime.storage.keys import validate_key
 from runtime.storage.layout import ClusterRef, KeyLayout
@@ -98,6 +99,25 @@ def allowed_keys(cluster: ClusterRef, session: str) -> tuple[str, str]:
     """The (root-relative) session prefix and marker key an archive of this session may hold."""
     bare = KeyLayout("")
     return bare.session_prefix(cluster, session), bare.marker_key(cluster, session)
+
+
+def stored_marker_keys(store: ObjectStore, layout: KeyLayout, cluster: ClusterRef, session: str) -> list[str]:
+    """The session's markers as the target stores them, the layout's own spelling first.
+
+    A marker's kind segment may be capitalised (``cluster-metadata/RayCluster/...``): the
+    server lowercases it when listing and gc deletes the keys as listed, so a marker key
+    is looked up, never only rebuilt. One delimited listing (the few kind folders), then
+    one existence check per spelling of this session's kind.
+    """
+    canonical = layout.marker_key(cluster, session)
+    markers = layout.markers_prefix()
+    rest = canonical[len(markers) + len(cluster.owner_kind) :]  # "/{namespace}_[{owner}_]{cluster}/{session}"
+    keys = []
+    for prefix in store.list(markers).prefixes:  # "{root}/cluster-metadata/{kind}/"
+        kind = prefix[len(markers) : -1]
+        if kind.lower() == cluster.owner_kind and store.exists(key := f"{markers}{kind}{rest}"):
+            keys.append(key)
+    return sorted(keys, key=lambda key: key != canonical)
 
 
 def parse_manifest(data: bytes) -> Manifest:

@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlsplit
 
 import requests
 
-from runtime.cli.api import ApiResponse, HistoryApi, Params, error_message
+from runtime.cli.api import MAX_ERROR_BYTES, ApiResponse, HistoryApi, Params, error_message
 from runtime.cli.credentials import TOKEN_ENV, TOKEN_FLAG, Credentials
 from runtime.cli.errors import CliError, UsageError
 
@@ -76,7 +76,9 @@ class HttpHistoryApi(HistoryApi):
         if namespace and path.startswith("/enter_cluster/"):
             self._namespace = namespace
         try:
-            response = self._session.get(url, params=list(params), stream=stream, timeout=timeout)
+            # Always streamed: requests would otherwise read the whole body, however long,
+            # before get_json could bound it (api.MAX_ANSWER_BYTES).
+            response = self._session.get(url, params=list(params), stream=True, timeout=timeout)
         except requests.ConnectionError as exc:
             raise CliError(
                 f"cannot reach the history server at {self.base_url} ({_reason(exc)}); "
@@ -89,9 +91,12 @@ class HttpHistoryApi(HistoryApi):
 
         if response.status_code in (401, 403):
             try:
-                message = error_message(response.content) or f"HTTP {response.status_code}"
+                head = next(response.iter_content(chunk_size=MAX_ERROR_BYTES), b"")
+            except requests.RequestException:
+                head = b""
             finally:
                 response.close()
+            message = error_message(head[:MAX_ERROR_BYTES]) or f"HTTP {response.status_code}"
             raise CliError(self._refusal(response.status_code, message, credentials, namespace or self._namespace))
 
         def chunks() -> Iterator[bytes]:

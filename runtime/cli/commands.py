@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from runtime.cli import render
-from runtime.cli.api import HistoryApi, check_status, error_message
+from runtime.cli.api import MAX_ERROR_BYTES, HistoryApi, check_status, error_message
 from runtime.cli.cluster_flags import list_params
 from runtime.cli.errors import CliError, UsageError
 from runtime.cli.filters import filter_params
@@ -18,18 +18,41 @@ def _where(api: HistoryApi, args: argparse.Namespace, session: str) -> str:
     return f"{args.namespace}/{args.cluster} {session} ({api.where})"
 
 
-def _state_result(answer: Any, path: str) -> Any:
+def unexpected(api: HistoryApi, path: str, what: str, answer: Any) -> CliError:
+    """A server answer of the wrong shape: an error naming the route and what was wrong."""
+    return CliError(f"{api.where}{path}: unexpected answer ({what}): {answer!r:.200}")
+
+
+def _objects(api: HistoryApi, path: str, answer: Any, what: str) -> list[dict[str, Any]]:
+    """``answer`` if it is a list of JSON objects."""
+    if not isinstance(answer, list) or not all(isinstance(item, dict) for item in answer):
+        raise unexpected(api, path, f"{what} must be a list of objects", answer)
+    return answer
+
+
+def _state_result(api: HistoryApi, answer: Any, path: str) -> Any:
     """``{"result": true, "data": {"result": X}}`` -> X (Ray's state-API envelope)."""
     try:
         return answer["data"]["result"]
-    except (KeyError, TypeError):
-        raise CliError(f"{path}: unexpected answer shape {str(answer)[:200]}") from None
+    except (KeyError, TypeError, IndexError):
+        raise unexpected(api, path, "no data.result", answer) from None
+
+
+def _cluster_entries(api: HistoryApi, answer: Any) -> list[dict[str, Any]]:
+    entries = _objects(api, "/clusters", answer, "the clusters")
+    for entry in entries:
+        summary = entry.get("summary")
+        if summary is not None and not isinstance(summary, dict):
+            raise unexpected(api, "/clusters", "a summary must be an object", entry)
+        if summary and summary.get("jobs") is not None and not isinstance(summary["jobs"], dict):
+            raise unexpected(api, "/clusters", "summary.jobs must be an object", entry)
+    return entries
 
 
 def clusters(api: HistoryApi, args: argparse.Namespace) -> int:
     params = [(k, v) for k, v in (("namespace", args.namespace), ("name", args.name)) if v]
     params += list_params(args)
-    entries = api.get_json("/clusters", params)
+    entries = _cluster_entries(api, api.get_json("/clusters", params))
     if args.json:
         render.print_json(entries)
     else:
@@ -39,7 +62,7 @@ def clusters(api: HistoryApi, args: argparse.Namespace) -> int:
 
 def jobs(api: HistoryApi, args: argparse.Namespace) -> int:
     entered = enter(api, args)
-    found = api.get_json("/api/jobs/")
+    found = _objects(api, "/api/jobs/", api.get_json("/api/jobs/"), "the jobs")
     if args.json:
         render.print_json(found)
     else:
@@ -55,7 +78,11 @@ def tasks(api: HistoryApi, args: argparse.Namespace) -> int:
         params.append(("exclude_driver", "true" if args.exclude_driver else "false"))
     params += filter_params(args.filter or [])
     entered = enter(api, args)
-    result = _state_result(api.get_json("/api/v0/tasks", params), "/api/v0/tasks")
+    result = _state_result(api, api.get_json("/api/v0/tasks", params), "/api/v0/tasks")
+    if not isinstance(result, dict):
+        raise unexpected(api, "/api/v0/tasks", "data.result must be an object", result)
+    if result.get("result") is not None:
+        _objects(api, "/api/v0/tasks", result["result"], "data.result.result")
     if args.json:
         render.print_json(result)
     else:
@@ -85,7 +112,7 @@ def logs(api: HistoryApi, args: argparse.Namespace) -> int:
     path = "/api/v0/logs/stream" if args.follow else "/api/v0/logs/file"
     response = api.get(path, params, stream=True)
     if not 200 <= response.status < 300:
-        body = response.read()
+        body = response.head(MAX_ERROR_BYTES)
         check_status(response.status, body, api.where, path)
         raise CliError(error_message(body))
     out = sys.stdout.buffer
@@ -100,7 +127,9 @@ def logs(api: HistoryApi, args: argparse.Namespace) -> int:
 
 def _list_log_files(api: HistoryApi, args: argparse.Namespace, session: str) -> int:
     params = [("node_id", args.node)] if args.node else []
-    categories = _state_result(api.get_json("/api/v0/logs", params), "/api/v0/logs")
+    categories = _state_result(api, api.get_json("/api/v0/logs", params), "/api/v0/logs")
+    if not isinstance(categories, dict) or not all(isinstance(names, list) for names in categories.values()):
+        raise unexpected(api, "/api/v0/logs", "data.result must map categories to lists of files", categories)
     if args.json:
         render.print_json(categories)
     else:

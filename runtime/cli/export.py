@@ -2,8 +2,9 @@
 
 Objects are streamed in ranged chunks straight into the archive (memory stays
 flat whatever a log's size) and hashed on the way; the manifest goes last. The
-archive is written to ``FILE.part`` and renamed when complete, so a failed export
-never leaves a plausible-looking archive behind.
+archive is written to a new ``.FILE.XXXXXXXX.part`` (readable by its owner only) and
+renamed when complete, so a failed export never leaves a plausible-looking archive
+behind.
 """
 
 from __future__ import annotations
@@ -12,11 +13,19 @@ import hashlib
 import io
 import os
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.cli.archive import MANIFEST_NAME, Manifest, ManifestEntry, member_name, relative_key
+from runtime.cli.archive import (
+    MANIFEST_NAME,
+    Manifest,
+    ManifestEntry,
+    member_name,
+    relative_key,
+    stored_marker_keys,
+)
 from runtime.cli.errors import CliError
 from runtime.cli.progress import Advance, byte_progress
 from runtime.server.sessions import StoredSessions
@@ -31,6 +40,9 @@ class SessionObjects:
     cluster: ClusterRef
     session: str
     objects: list[ObjectInfo]  # session objects, then the marker last
+    #: the marker as stored (its kind segment may be capitalised), archived under the
+    #: layout's own spelling
+    marker_key: str = ""
 
 
 def find_session_objects(
@@ -45,9 +57,12 @@ def find_session_objects(
             + "; list them with: ray-history clusters --storage-backend ..."
         )
     objects = list(store.walk(layout.session_prefix(stored.cluster, stored.session)))
-    marker = layout.marker_key(stored.cluster, stored.session)
-    objects.append(store.stat(marker))
-    return SessionObjects(stored.cluster, stored.session, objects)
+    # The marker as stored (its kind segment may be capitalised), not as rebuilt.
+    markers = stored_marker_keys(store, layout, stored.cluster, stored.session)
+    if not markers:
+        raise CliError(f"the marker of {session!r} of {kind} {namespace}/{name} was deleted while it was exported")
+    objects.append(store.stat(markers[0]))
+    return SessionObjects(stored.cluster, stored.session, objects, markers[0])
 
 
 class _StoreReader(io.RawIOBase):
@@ -97,16 +112,25 @@ def write_archive(
 ) -> Manifest:
     """Stream ``found`` into ``output`` (``.tar.gz``/``.tgz`` compressed, else plain tar)."""
     compressed = output.name.endswith((".gz", ".tgz"))
-    partial = output.with_name(f".{output.name}.part")
     manifest = Manifest(cluster=found.cluster, session=found.session, source=_describe(store, layout))
     total = sum(info.size for info in found.objects)
+    # Archived under the layout's spelling, which every importer accepts.
+    marker = relative_key(layout, layout.marker_key(found.cluster, found.session))
+    partial: Path | None = None
     try:
+        # A new file of its own (O_EXCL, never through a planted symlink, mode 0600: job
+        # logs carry credentials) in the output's directory, renamed into place when complete.
+        fd, name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".part", dir=output.parent)
+        partial = Path(name)
         with (
+            os.fdopen(fd, "wb") as file,
             byte_progress(f"export {found.session}", total, quiet=quiet) as advance,
-            tarfile.open(partial, "w:gz" if compressed else "w", format=tarfile.PAX_FORMAT) as tar,
+            tarfile.open(fileobj=file, mode="w:gz" if compressed else "w", format=tarfile.PAX_FORMAT) as tar,
         ):
             for info in found.objects:
                 relative = relative_key(layout, info.key)
+                if info.key == found.marker_key:
+                    relative = marker
                 member = tarfile.TarInfo(member_name(relative))
                 member.size = info.size
                 member.mtime = int(info.updated.timestamp()) if info.updated else int(time.time())
@@ -122,10 +146,12 @@ def write_archive(
             entry.size, entry.mtime, entry.mode = len(body), int(time.time()), 0o644
             tar.addfile(entry, io.BytesIO(body))
         os.replace(partial, output)
+        partial = None
     except OSError as exc:
         raise CliError(f"-o {output}: cannot write the archive: {exc.strerror or exc}") from None
     finally:
-        partial.unlink(missing_ok=True)
+        if partial is not None:
+            partial.unlink(missing_ok=True)
     return manifest
 
 

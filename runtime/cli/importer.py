@@ -4,19 +4,23 @@ Three passes, so nothing is written unless everything checks out:
 
 1. **verify** - read the whole archive once, hashing every member, and compare it
    with the manifest (every object present, no stray member, sizes and sha256s);
-2. **compare** - list what the target already holds for the session: identical
-   objects are skipped (an import is idempotent), different ones are conflicts
-   that stop the import unless ``--overwrite``;
+2. **compare** - list what the target already holds for the session and check every
+   key as the target will (the storage layer's rules with ``--storage-root-dir``
+   prepended; no key lying under another object). Identical objects are skipped (an
+   import is idempotent); different ones are conflicts that stop the import unless
+   ``--overwrite``, and so are new ones when the target already stores (lists) the
+   session: an archive never changes a listed session without ``--overwrite``;
 3. **upload** - stream the remaining members, the session marker last, so a
-   half-imported session is never listed by a history server.
+   half-imported session is never listed by a history server. Replacing a listed
+   session (``--overwrite``) removes its marker first, so a failed run leaves it
+   unlisted rather than half replaced; the error says so (run it again).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -30,14 +34,23 @@ from runtime.cli.archive import (
     absolute_key,
     allowed_keys,
     parse_manifest,
+    stored_marker_keys,
 )
 from runtime.cli.errors import CliError
 from runtime.cli.progress import byte_progress
 from runtime.storage.base import ObjectStore
-from runtime.storage.errors import ObjectNotFoundError
+from runtime.storage.errors import InvalidKeyError
+from runtime.storage.keys import validate_key
 from runtime.storage.layout import KeyLayout
 
 HASH_CHUNK = 1024 * 1024
+#: The largest manifest.json read (it is read whole, then decoded). An entry takes ~350
+#: bytes (key, size, sha256, indented), so this holds ~190,000 objects, far beyond a real
+#: session; a 1 MB .tar.gz can inflate a manifest to gigabytes, refused before reading.
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+#: Keys shown in full in messages up to this length (a key can be 1 KiB); longer ones
+#: keep their start and their end (the file name).
+SHOWN_KEY_CHARS = 400
 #: Conflicts named in the error message (the rest are counted).
 SHOWN_CONFLICTS = 10
 
@@ -48,6 +61,17 @@ class ImportResult:
     written: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     overwritten: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ImportPlan:
+    """What the target holds, compared with the archive (pass 2)."""
+
+    new: list[ManifestEntry]
+    same: list[ManifestEntry]
+    different: list[ManifestEntry]
+    #: the session's markers in the target (stored and listed when not empty)
+    markers: list[str]
 
 
 def open_archive(path: Path) -> tarfile.TarFile:
@@ -64,6 +88,13 @@ def _chunks(stream: IO[bytes]) -> Iterator[bytes]:
         yield chunk
 
 
+def _shown(key: str) -> str:
+    if len(key) <= SHOWN_KEY_CHARS:
+        return key
+    half = (SHOWN_KEY_CHARS - 3) // 2
+    return key[:half] + "..." + key[-half:]
+
+
 def verify_archive(tar: tarfile.TarFile, path: Path, *, quiet: bool) -> tuple[Manifest, dict[str, tarfile.TarInfo]]:
     """Pass 1: the manifest and its members, every byte hashed; ArchiveError on any mismatch."""
     manifest_data: bytes | None = None
@@ -73,7 +104,7 @@ def verify_archive(tar: tarfile.TarFile, path: Path, *, quiet: bool) -> tuple[Ma
         with byte_progress(f"verify {path.name}", size, quiet=quiet) as advance:
             for member in tar:
                 if member.name == MANIFEST_NAME and member.isfile():
-                    manifest_data = _read_member(tar, member)
+                    manifest_data = _read_manifest(tar, member, path)
                 elif member.name.startswith(OBJECTS_DIR) and member.isfile():
                     digest, length = hashlib.sha256(), 0
                     for chunk in _chunks(_member_stream(tar, member)):
@@ -116,8 +147,18 @@ def _member_stream(tar: tarfile.TarFile, member: tarfile.TarInfo) -> IO[bytes]:
     return stream
 
 
-def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
-    return _member_stream(tar, member).read()
+def _read_manifest(tar: tarfile.TarFile, member: tarfile.TarInfo, path: Path) -> bytes:
+    """The manifest, refused unread past MAX_MANIFEST_BYTES (the member header's size is
+    what tarfile will hand out; the read is bounded too)."""
+    if member.size > MAX_MANIFEST_BYTES:
+        raise ArchiveError(
+            f"{path}: {MANIFEST_NAME} is {member.size} bytes, more than the {MAX_MANIFEST_BYTES // 2**20} MiB "
+            "a ray-history export's manifest can be (not an export, or a decompression bomb)"
+        )
+    data = _member_stream(tar, member).read(MAX_MANIFEST_BYTES + 1)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ArchiveError(f"{path}: {MANIFEST_NAME} is larger than {MAX_MANIFEST_BYTES // 2**20} MiB")
+    return data
 
 
 def stored_sha256(store: ObjectStore, key: str) -> str:
@@ -127,14 +168,55 @@ def stored_sha256(store: ObjectStore, key: str) -> str:
     return digest.hexdigest()
 
 
-def plan_import(
-    store: ObjectStore, layout: KeyLayout, manifest: Manifest, *, quiet: bool
-) -> tuple[list[ManifestEntry], list[ManifestEntry], list[ManifestEntry]]:
-    """Pass 2: (new, identical, different) entries compared with what the target holds."""
+def check_target_keys(layout: KeyLayout, manifest: Manifest, stored: Iterable[str], where: str) -> None:
+    """Every key as the target will write it, before anything is written: the storage
+    layer's own rules (``--storage-root-dir`` prepended may make a key too long), and no
+    key lying under another (``P/a`` and ``P/a/b``: legal in a flat bucket, impossible in a
+    directory, so refused everywhere and an archive imports the same into any backend)."""
+    root = f" under --storage-root-dir={layout.root}" if layout.root else ""
+    archive_keys: set[str] = set()
+    for entry in manifest.objects:
+        key = absolute_key(layout, entry.key)
+        try:
+            validate_key(key)
+        except InvalidKeyError as exc:
+            raise ArchiveError(f"{MANIFEST_NAME}: key {_shown(entry.key)!r}{root} is refused: {exc}") from None
+        archive_keys.add(key)
+    stored_keys = set(stored)
+    for key in sorted(archive_keys):
+        parts = key.split("/")
+        for depth in range(1, len(parts)):
+            above = "/".join(parts[:depth])
+            if above in archive_keys:
+                raise ArchiveError(
+                    f"{MANIFEST_NAME}: key {_shown(key)!r} lies under {_shown(above)!r}, also an object of the archive "
+                    "(a key cannot be both an object and a folder); nothing was written"
+                )
+            if above in stored_keys:
+                raise CliError(
+                    f"key {_shown(key)!r} of the archive lies under {_shown(above)!r}, an object {where} already "
+                    "holds (a key cannot be both an object and a folder); nothing was written"
+                )
+        below = key + "/"
+        clash = next((k for k in stored_keys if k.startswith(below)), None)
+        if clash is not None:
+            raise CliError(
+                f"key {_shown(key)!r} of the archive is a folder in {where}, which holds {_shown(clash)!r} "
+                "(a key cannot be both an object and a folder); nothing was written"
+            )
+
+
+def plan_import(store: ObjectStore, layout: KeyLayout, manifest: Manifest, *, quiet: bool) -> ImportPlan:
+    """Pass 2: (new, identical, different) entries compared with what the target holds,
+    every key checked before anything is written."""
     prefix, marker = allowed_keys(manifest.cluster, manifest.session)
     existing = {info.key: info.size for info in store.walk(absolute_key(layout, prefix))}
-    with contextlib.suppress(ObjectNotFoundError):
-        existing[absolute_key(layout, marker)] = store.stat(absolute_key(layout, marker)).size
+    markers = stored_marker_keys(store, layout, manifest.cluster, manifest.session)
+    check_target_keys(layout, manifest, [*existing, *markers], store.describe())
+    if markers:
+        # The marker compared is the one stored, whatever the case of its kind segment.
+        existing[absolute_key(layout, marker)] = store.stat(markers[0]).size
+    stored_key = {absolute_key(layout, marker): markers[0]} if markers else {}
     new: list[ManifestEntry] = []
     same: list[ManifestEntry] = []
     different: list[ManifestEntry] = []
@@ -147,32 +229,95 @@ def plan_import(
             elif existing[key] != entry.size:
                 different.append(entry)
             else:
-                (same if stored_sha256(store, key) == entry.sha256 else different).append(entry)
+                (same if stored_sha256(store, stored_key.get(key, key)) == entry.sha256 else different).append(entry)
                 advance(entry.size)
-    return new, same, different
+    return ImportPlan(new, same, different, markers)
+
+
+def _listing(keys: list[str]) -> str:
+    shown = ", ".join(_shown(key) for key in keys[:SHOWN_CONFLICTS])
+    return shown + (f" and {len(keys) - SHOWN_CONFLICTS} more" if len(keys) > SHOWN_CONFLICTS else "")
+
+
+def _refuse_conflicts(store: ObjectStore, layout: KeyLayout, manifest: Manifest, plan: ImportPlan) -> None:
+    """Without --overwrite: nothing stored may change, and a listed session may not grow."""
+    different = [absolute_key(layout, e.key) for e in plan.different]
+    added = [absolute_key(layout, e.key) for e in plan.new] if plan.markers else []
+    if not different and not added:
+        return
+    reasons = []
+    if different:
+        reasons.append(
+            f"{len(different)} object(s) already exist in {store.describe()} with different content: "
+            f"{_listing(different)}"
+        )
+    if added:
+        session = f"{manifest.cluster.namespace}/{manifest.cluster.name} {manifest.session}"
+        reasons.append(
+            f"{session} is already stored (and listed) in {store.describe()}, and the archive would add "
+            f"{len(added)} object(s) to it: {_listing(added)}"
+        )
+    raise CliError("; ".join(reasons) + "; nothing was written (pass --overwrite to replace and add them)")
 
 
 def import_archive(path: Path, store: ObjectStore, layout: KeyLayout, *, overwrite: bool, quiet: bool) -> ImportResult:
     with open_archive(path) as tar:
         manifest, members = verify_archive(tar, path, quiet=quiet)
-        new, same, different = plan_import(store, layout, manifest, quiet=quiet)
-        if different and not overwrite:
-            shown = ", ".join(absolute_key(layout, e.key) for e in different[:SHOWN_CONFLICTS])
-            more = f" and {len(different) - SHOWN_CONFLICTS} more" if len(different) > SHOWN_CONFLICTS else ""
-            raise CliError(
-                f"{len(different)} object(s) already exist in {store.describe()} with different content: "
-                f"{shown}{more}; nothing was written (pass --overwrite to replace them)"
-            )
-        result = ImportResult(manifest=manifest, unchanged=[absolute_key(layout, e.key) for e in same])
+        plan = plan_import(store, layout, manifest, quiet=quiet)
+        if not overwrite:
+            _refuse_conflicts(store, layout, manifest, plan)
+        result = ImportResult(manifest=manifest, unchanged=[absolute_key(layout, e.key) for e in plan.same])
         _, marker = allowed_keys(manifest.cluster, manifest.session)
-        # The marker lists the session: write it only after everything else is stored.
-        todo = sorted(new + different, key=lambda e: (e.key == marker, e.key))
-        replaced = {e.key for e in different}
-        with byte_progress(f"import into {store.describe()}", sum(e.size for e in todo), quiet=quiet) as advance:
-            for entry in todo:
-                key = absolute_key(layout, entry.key)
-                stream = _member_stream(tar, members[entry.key])
-                store.put_stream(key, stream, size=entry.size)  # type: ignore[arg-type]
-                advance(entry.size)
-                (result.overwritten if entry.key in replaced else result.written).append(key)
+        changes = plan.new + plan.different  # the marker among them when it is new or differs
+        todo = sorted((e for e in changes if e.key != marker), key=lambda e: e.key)
+        archived_marker = next((e for e in manifest.objects if e.key == marker), None)
+        replaced = {e.key for e in plan.different}
+        # The marker lists the session: it is written only after everything else. A listed
+        # session being changed (--overwrite) is unlisted first, so a failure midway never
+        # leaves it listed and half replaced; its marker is written back at the end (the
+        # archive's, else the ones removed).
+        unlisted = bool(plan.markers and changes)
+        restore: dict[str, bytes] = {}
+        if unlisted and archived_marker is None:
+            restore = {key: store.get_bytes(key) for key in plan.markers}
+        if archived_marker is not None and (unlisted or archived_marker.key not in {e.key for e in plan.same}):
+            todo.append(archived_marker)
+        done = 0
+        try:
+            if unlisted:
+                for key in plan.markers:
+                    store.delete(key)
+            with byte_progress(f"import into {store.describe()}", sum(e.size for e in todo), quiet=quiet) as advance:
+                for entry in todo:
+                    key = absolute_key(layout, entry.key)
+                    stream = _member_stream(tar, members[entry.key])
+                    store.put_stream(key, stream, size=entry.size)  # type: ignore[arg-type]
+                    advance(entry.size)
+                    done += 1
+                    if entry.key == marker and marker not in replaced and plan.markers:
+                        continue  # the marker, removed and written back unchanged
+                    (result.overwritten if entry.key in replaced else result.written).append(key)
+            for key, data in restore.items():
+                store.put_bytes(key, data)
+        except BaseException as exc:
+            exc.add_note(_partial_state(manifest, store, done, len(todo), unlisted=unlisted, replaced=bool(replaced)))
+            raise
     return result
+
+
+def _partial_state(
+    manifest: Manifest, store: ObjectStore, done: int, total: int, *, unlisted: bool, replaced: bool
+) -> str:
+    """What a failed upload left behind, and how to finish it."""
+    session = f"{manifest.cluster.namespace}/{manifest.cluster.name} {manifest.session}"
+    wrote = f"the import stopped after writing {done} of {total} object(s) into {store.describe()}"
+    if unlisted:
+        return (
+            f"{wrote}; {session} is no longer listed (its marker was removed before its objects were replaced, "
+            "so it is never shown half replaced): run the same import again with --overwrite to complete it"
+        )
+    again = "the same import again with --overwrite" if replaced else "the same import again"
+    return (
+        f"{wrote}; {session} is not listed (its marker is written last): run {again} to complete it "
+        "(identical objects are skipped)"
+    )

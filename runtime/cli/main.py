@@ -33,10 +33,11 @@ from runtime.cli.cluster_flags import add_list_filters
 from runtime.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, CliError, UsageError
 from runtime.cli.filters import parse_filter
 from runtime.cli.target import add_target_arguments, namespace
+from runtime.cli.terminal import printable
 from runtime.common.settings import Checked
 from runtime.common.validators import positive_int, whole_number
 from runtime.storage.config import add_storage_arguments
-from runtime.storage.errors import StorageError
+from runtime.storage.errors import InvalidKeyError, StorageError
 
 PROG = "ray-history"
 Handler = Callable[[argparse.Namespace], int]
@@ -292,7 +293,11 @@ def _add_transfer_commands(subparsers: Subparsers) -> None:
     p.add_argument("archive", type=Path, metavar="FILE", help="an archive written by ray-history export")
     _add_common(p)
     add_storage_arguments(p)
-    p.add_argument("--overwrite", action="store_true", help="replace objects that exist with different content")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace objects stored with different content, and add to a session already stored",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(handler=_transfer("run_import"))
@@ -320,6 +325,13 @@ def _configure_logging(verbose: int) -> None:
     configure_logging({0: "WARNING", 1: "INFO"}.get(verbose, "DEBUG"), "text")
 
 
+def _message(args: argparse.Namespace, what: str, exc: BaseException) -> str:
+    """``ray-history CMD: error: ...`` with the notes added on the way (e.g. what a failed
+    import left behind); server and stored text in it shown without control characters."""
+    lines = [f"{PROG} {args.command}: {what}: {exc}", *getattr(exc, "__notes__", ())]
+    return printable("\n".join(lines)) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(arguments)
@@ -331,12 +343,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except UsageError as exc:
-        parser.exit(exc.exit_code, f"{PROG} {args.command}: error: {exc}\n")
+        parser.exit(exc.exit_code, _message(args, "error", exc))
     except CliError as exc:
-        parser.exit(exc.exit_code, f"{PROG} {args.command}: error: {exc}\n")
+        parser.exit(exc.exit_code, _message(args, "error", exc))
     except StorageError as exc:
-        parser.exit(EXIT_FAILURE, f"{PROG} {args.command}: storage error: {exc}\n")
-    except KeyboardInterrupt:
+        parser.exit(EXIT_FAILURE, _message(args, "storage error", exc))
+    except InvalidKeyError as exc:
+        # A key the storage layer refused (an archive's key too long under this root,
+        # one lying under another object): named, never a traceback.
+        parser.exit(EXIT_FAILURE, _message(args, "invalid key", exc))
+    except KeyboardInterrupt as exc:
+        # An interrupted import says what it left behind (its note).
+        for note in getattr(exc, "__notes__", ()):
+            sys.stderr.write(f"{PROG} {args.command}: {printable(note)}\n")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (| head): not an error; keep Python from complaining at exit.

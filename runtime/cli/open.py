@@ -27,7 +27,8 @@ from typing import Any
 from runtime.cli.api import HistoryApi
 from runtime.cli.errors import CliError, UsageError
 from runtime.cli.target import LATEST, LIVE, cluster_name, namespace, session_name
-from runtime.storage.layout import CLUSTER_KINDS, RAYCLUSTER, ClusterRef
+from runtime.storage.errors import InvalidKeyError
+from runtime.storage.layout import CLUSTER_KINDS, RAYCLUSTER, ClusterRef, validate_session_name
 from runtime.storage.session_keys import looks_like_session_name
 
 logger = logging.getLogger(__name__)
@@ -107,16 +108,44 @@ def _listing(api: HistoryApi, params: list[tuple[str, str]]) -> list[dict[str, A
     return [e for e in entries if isinstance(e, dict)]
 
 
-def _cluster_of(entry: dict[str, Any]) -> ClusterRef:
-    kind = entry.get("ownerKind") or RAYCLUSTER
-    return ClusterRef(entry["namespace"], entry["name"], kind, entry.get("ownerName", ""))
+def _bad_entry(api: HistoryApi, what: str, entry: dict[str, Any]) -> CliError:
+    return CliError(f"{api.where}/clusters: unexpected answer ({what}): {entry!r:.200}")
+
+
+def _cluster_of(
+    api: HistoryApi, entry: dict[str, Any], kind: str | None = None, owner: str | None = None
+) -> ClusterRef:
+    """The entry's cluster (``kind``/``owner`` given: asked for by owner); each name
+    checked as storage checks it, since it goes into the printed URL."""
+    ns, name = entry.get("namespace"), entry.get("name")
+    if kind is None:
+        kind, owner = entry.get("ownerKind") or RAYCLUSTER, entry.get("ownerName") or ""
+    if not (isinstance(ns, str) and isinstance(name, str) and isinstance(kind, str) and isinstance(owner, str)):
+        raise _bad_entry(api, "namespace, name, ownerKind and ownerName must be strings", entry)
+    try:
+        return ClusterRef(ns, name, kind, owner)
+    except InvalidKeyError as exc:
+        raise _bad_entry(api, str(exc), entry) from None
+
+
+def _session_of(api: HistoryApi, entry: dict[str, Any]) -> str:
+    """The entry's ``sessionName``: ``live`` (a running cluster) or a stored session name."""
+    session = entry.get("sessionName")
+    if session == LIVE:
+        return LIVE
+    if not isinstance(session, str):
+        raise _bad_entry(api, "sessionName must be a string", entry)
+    try:
+        return validate_session_name(session)
+    except InvalidKeyError as exc:
+        raise _bad_entry(api, str(exc), entry) from None
 
 
 def _by_session(api: HistoryApi, session: str, ns: str | None) -> tuple[ClusterRef, str]:
     if session in (LATEST, LIVE):
         raise UsageError(f"'{session}' of which cluster? give CLUSTER {session}")
     found = [e for e in _listing(api, [("namespace", ns)] if ns else []) if e.get("sessionName") == session]
-    clusters = {_cluster_of(e) for e in found}
+    clusters = {_cluster_of(api, e) for e in found}
     if not clusters:
         where = f" in namespace {ns}" if ns else ""
         raise CliError(f"no stored session {session}{where} (ray-history clusters lists them)")
@@ -128,6 +157,8 @@ def _by_session(api: HistoryApi, session: str, ns: str | None) -> tuple[ClusterR
 
 def _by_cluster(api: HistoryApi, ns: str, kind: str, name: str, session: str) -> tuple[ClusterRef, str]:
     def matches(entry: dict[str, Any]) -> bool:
+        if entry.get("namespace") != ns:  # asked for ns: anything else is not the cluster meant
+            return False
         if kind == RAYCLUSTER:
             return bool(entry.get("name") == name)
         return bool(entry.get("ownerKind") == kind and entry.get("ownerName") == name)
@@ -144,11 +175,11 @@ def _by_cluster(api: HistoryApi, ns: str, kind: str, name: str, session: str) ->
         detail = "" if session == LATEST else f" with session {session}"
         raise CliError(f"no cluster {what}{detail} (ray-history clusters -n {ns} lists them)")
     entry = found[0]  # live first, then stored newest first: the latest
-    resolved = str(entry["sessionName"])
+    resolved = _session_of(api, entry)
     if resolved == LIVE and session == LATEST:
         resolved = LATEST  # the live cluster now, its stored session once it is gone
     # Asked for by owner: the owner's URL, even if the entry lacks the owner (no controller reference).
-    cluster = _cluster_of(entry) if kind == RAYCLUSTER else ClusterRef(entry["namespace"], entry["name"], kind, name)
+    cluster = _cluster_of(api, entry) if kind == RAYCLUSTER else _cluster_of(api, entry, kind, name)
     return cluster, resolved
 
 

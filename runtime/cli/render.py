@@ -10,6 +10,9 @@ from typing import Any
 import orjson
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from runtime.cli.terminal import printable
 
 _STATUS_STYLES = {
     "FAILED": "bold red",
@@ -53,19 +56,32 @@ def duration(start: Any, end: Any) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
-def styled(status: Any) -> str:
-    text = "" if status is None else str(status)
-    style = _STATUS_STYLES.get(text)
-    return f"[{style}]{text}[/]" if style else text.replace("[", r"\[")
+def styled(status: Any) -> Text:
+    """A status cell, coloured when it is one of Ray's states."""
+    value = "" if status is None else str(status)
+    return Text(printable(value), style=_STATUS_STYLES.get(value, ""))
 
 
-def text(value: Any) -> str:
-    """A cell: None -> '', markup characters escaped."""
-    return "" if value is None else str(value).replace("[", r"\[")
+def text(value: Any) -> Text:
+    """A cell: None -> ''; never read as rich markup, control characters shown as escapes.
+
+    Cells hold what others chose (a job's entrypoint, a session name from the server):
+    as markup, ``[/]`` or ``\\[/]`` in one would stop the table with a MarkupError.
+    """
+    return Text("" if value is None else printable(str(value)))
 
 
-def _table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[str]], caption: str | None) -> Table:
-    table = Table(title=title, caption=caption, show_lines=False, header_style="bold", title_justify="left")
+def title(value: str | None) -> Text | None:
+    """A table's title or caption, as literal text (it names server-given sessions)."""
+    return None if value is None else Text(printable(value))
+
+
+def _table(
+    title_text: str | None, columns: Sequence[str], rows: Iterable[Sequence[Text]], caption: str | None
+) -> Table:
+    table = Table(
+        title=title(title_text), caption=title(caption), show_lines=False, header_style="bold", title_justify="left"
+    )
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
@@ -73,14 +89,19 @@ def _table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[st
     return table
 
 
-def _jobs_by_status(jobs: Mapping[str, int]) -> str:
-    return " ".join(f"{styled(status or 'UNKNOWN')}:{count}" for status, count in jobs.items())
+def _jobs_by_status(jobs: Mapping[str, Any]) -> Text:
+    counts: list[Text | str] = []
+    for status, count in jobs.items():
+        if counts:
+            counts.append(" ")
+        counts += [styled(status or "UNKNOWN"), ":", text(count)]
+    return Text.assemble(*counts)
 
 
 def clusters_table(entries: Sequence[Mapping[str, Any]]) -> Table:
     rows = []
     for entry in entries:
-        owner = f"{entry['ownerKind']}/{entry['ownerName']}" if entry.get("ownerName") else ""
+        owner = f"{entry.get('ownerKind')}/{entry['ownerName']}" if entry.get("ownerName") else ""
         summary = entry.get("summary") or {}  # none: live, or not indexed yet
         rows.append(
             [
@@ -89,7 +110,7 @@ def clusters_table(entries: Sequence[Mapping[str, Any]]) -> Table:
                 text(owner),
                 styled("RUNNING") if entry.get("sessionName") == "live" else text(entry.get("sessionName")),
                 text(entry.get("createTime")),
-                duration(summary.get("start"), summary.get("end")),
+                Text(duration(summary.get("start"), summary.get("end"))),
                 _jobs_by_status(summary.get("jobs") or {}),
                 text(summary.get("failedTasks")),
             ]
@@ -108,8 +129,8 @@ def jobs_table(jobs: Sequence[Mapping[str, Any]], where: str) -> Table:
                 text(job.get("submission_id")),
                 text(job.get("type")),
                 styled(job.get("status")),
-                ms_time(job.get("start_time")),
-                duration(job.get("start_time"), job.get("end_time")),
+                Text(ms_time(job.get("start_time"))),
+                Text(duration(job.get("start_time"), job.get("end_time"))),
                 text(entrypoint if len(entrypoint) <= 60 else entrypoint[:57] + "..."),
             ]
         )
@@ -127,7 +148,7 @@ def tasks_table(result: Mapping[str, Any], where: str) -> Table:
             styled(task.get("state")),
             text(task.get("type")),
             text(task.get("job_id")),
-            text((task.get("node_id") or "")[:12]),
+            text(str(task.get("node_id") or "")[:12]),
             text(task.get("error_type")),
         ]
         for task in tasks

@@ -93,4 +93,9 @@ def enter(api: HistoryApi, args: argparse.Namespace) -> Entered:
     answer = api.get_json(path)
     if not isinstance(answer, dict) or answer.get("result") != "success":
         raise CliError(f"{api.where}{path}: unexpected answer {answer!r:.200}")
-    return Entered(str(answer["namespace"]), str(answer["name"]), str(answer["session"]))
+    fields = [answer.get(name) for name in ("namespace", "name", "session")]
+    if not all(isinstance(value, str) and value for value in fields):
+        raise CliError(
+            f"{api.where}{path}: unexpected answer (namespace, name and session must be strings) {answer!r:.200}"
+        )
+    return Entered(str(fields[0]), str(fields[1]), str(fields[2]))
