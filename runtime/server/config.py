@@ -114,7 +114,8 @@ class ServerConfig:
         dashboard_dir: the Ray Dashboard static build (``None`` = find it in the
             installed ``ray`` package; missing = UI routes answer 404 with a hint).
         clusters_limit: stored sessions listed by ``/clusters`` (newest first).
-        proxy_timeout: seconds for a proxied live request (log streams excepted).
+        proxy_timeout: seconds to wait for a proxied live answer's headers; one that is not a
+            log stream ends within twice this.
         secure_cookies: add ``Secure`` to the selection cookies (behind HTTPS).
         allowed_hosts: Host names answered (``name``, ``*.domain``, ``*``); IP
             literals always are (:mod:`runtime.server.hosts`).

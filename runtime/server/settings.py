@@ -242,7 +242,8 @@ CLUSTER_DOMAIN = Setting(
 )  # fmt: skip
 PROXY_TIMEOUT = Setting(
     "--proxy-timeout", None, duration(), DEFAULT_PROXY_TIMEOUT,
-    "seconds to wait for a proxied answer; also bounds the wait for a log stream's first answer (504)",
+    "seconds to wait for a proxied answer's headers (504); an answer that is not a log stream ends within twice "
+    "this (the connection cut mid-body); also bounds the wait for a log stream's first answer",
     f"`{DEFAULT_PROXY_TIMEOUT:g}`", group=LIVE,
 )  # fmt: skip
 MAX_LIVE_STREAMS = Setting[int | None](

@@ -6,8 +6,11 @@
 * Then, in the same hook, the namespace the request reads is authorized: the
   ``<namespace>`` of the route (``/enter_cluster/...``) or, for every Dashboard route and
   the live proxy, the namespace the selection cookies name. One place, so a route added
-  later is checked without doing anything. Listings (``/clusters``) filter with
-  :func:`readable_namespaces`. Each decision is one audit line.
+  later is checked without doing anything. Listings (``/clusters``,
+  :data:`FILTERED_ENDPOINTS`) filter with :func:`readable_namespaces` instead: the
+  selection cookie of another namespace (a stale one, after access was revoked) must not
+  refuse the picker's list, which reads no namespace the caller may not read anyway. Each
+  decision is one audit line.
 * An identity from an identity provider (OIDC, IAP, ALB: anything but a Kubernetes
   TokenReview) goes through :class:`ProviderNames` first: ``system:`` names are refused
   (403) and ``--oidc-username-prefix`` / ``--oidc-groups-prefix`` are applied, so every
@@ -60,6 +63,10 @@ NAMESPACE_FREE_ENDPOINTS = frozenset(
         "auth.logout",
     }
 )
+#: Listings that read many namespaces and filter them with :func:`readable_namespaces`:
+#: authenticated, never authorized by the selection cookie's namespace, and still
+#: subject to the fail-closed check (they must make that decision themselves).
+FILTERED_ENDPOINTS = frozenset({"clusters.list_clusters"})
 
 
 class Authenticator(Protocol):
@@ -217,7 +224,7 @@ def install(app: Flask, control: AccessControl, redirect: Callable[[str], Respon
                 g.auth_no_data = True  # the redirect to the login page carries no data
                 return redirect(control.login_url)
             raise UnauthenticatedError("authentication required: send Authorization: Bearer <token> or log in")
-        if request.endpoint not in NAMESPACE_FREE_ENDPOINTS:
+        if request.endpoint not in NAMESPACE_FREE_ENDPOINTS and not _filters_itself():
             target = requested_namespace()
             if target is not None:
                 authorize(*target)
@@ -237,6 +244,14 @@ def install(app: Flask, control: AccessControl, redirect: Callable[[str], Respon
             logger.error("route %s answered without an access decision: refused", endpoint)
             return _refusal(AuthUnavailableError("internal error: this route made no access decision"))
         return response
+
+
+def _filters_itself() -> bool:
+    """A listing (``/clusters``) reached without a namespace in its route: it filters.
+
+    A namespace in the route (``view_args``) is still authorized; only the selection
+    cookies are ignored, since they select a session and a listing reads none."""
+    return request.endpoint in FILTERED_ENDPOINTS and not isinstance((request.view_args or {}).get("namespace"), str)
 
 
 def requested_namespace() -> tuple[str, str, str] | None:

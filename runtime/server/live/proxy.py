@@ -18,17 +18,34 @@ is buffered); the target comes from the live directory, never from a cookie;
 hop-by-hop and client-sent forwarding headers are dropped; failures are JSON
 naming the cluster and the URL tried.
 
-Credentials never pass: the client's ``Authorization`` (the history server's own
-login), ``x-ray-authorization`` and Ray's ``ray-authentication-token`` cookie are
-always dropped. A cluster with Ray token auth (KubeRay ``authOptions.mode:
+Credentials never pass: request headers are an allow-list and no cookie is
+forwarded (:mod:`runtime.server.live.headers`), so the history server's login
+(``Authorization``, the OIDC login and state cookies), a front door's identity
+headers and Ray's own ``ray-authentication-token`` cookie never reach the head,
+which runs tenant code. A cluster with Ray token auth (KubeRay ``authOptions.mode:
 token``) gets ``x-ray-authorization: Bearer <token>`` from its Secret
 (:mod:`runtime.server.live.tokens`); when that cannot be read the request is not
 sent (503 naming the Secret and the grant it needs).
 
-Log streams (``/api/v0/logs/stream``, job log tails) wait ``--proxy-timeout`` for
-the upstream's headers like every request, then have no read timeout (a quiet
-log sends nothing for minutes); they are capped per worker and end when their
-client hangs up (:mod:`runtime.server.live.streams`).
+The head's answer cannot act on the history server's origin: response headers are
+an allow-list (no ``Set-Cookie``, no ``WWW-Authenticate``, no CORS grant), a
+``Location`` outside the cluster's dashboard is refused (502 JSON), and every
+proxied answer carries ``Content-Security-Policy: sandbox`` and
+``X-Content-Type-Options: nosniff``, so HTML or SVG the head serves runs no script
+as the history server. The Dashboard's own page and scripts are never proxied: the
+history server serves them from the Ray wheel's build (:mod:`runtime.server.views.ui`);
+only API answers, logs, profiles and tracebacks come from the head.
+
+Every other request has a total deadline of :data:`TOTAL_FACTOR` x
+``--proxy-timeout`` (headers and body; a head trickling a byte at a time never
+trips a read timeout) and at most :func:`cluster_limit` of them run per cluster
+and worker at once (503 JSON with ``Retry-After`` beyond), so one slow head cannot
+hold every thread (:mod:`runtime.server.live.bounds`).
+
+Log streams (``/api/v0/logs/stream``, job log tails) wait for the upstream's
+headers within the same deadline, then have no read timeout (a quiet log sends
+nothing for minutes); they are capped per worker and end when their client hangs
+up (:mod:`runtime.server.live.streams`).
 
 Not supported: WebSocket upgrades (gthread workers cannot hold them; Ray's own
 ``--proxy-server-url`` forwards them as plain GETs too).
@@ -39,7 +56,8 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 import requests
@@ -48,8 +66,9 @@ from flask import Flask, Request, Response, current_app, g
 
 from runtime.server.config import ServerConfig
 from runtime.server.errors import json_error
+from runtime.server.live.bounds import ClusterSlots, Deadlines, Watch, track_connections
 from runtime.server.live.discovery import LiveAuthError, LiveCluster, LiveDirectory, LiveDiscoveryError
-from runtime.server.live.headers import downstream_headers, upstream_headers
+from runtime.server.live.headers import ForeignRedirectError, downstream_headers, upstream_headers
 from runtime.server.live.streams import DisconnectWatcher, StreamSlots, shutdown_quietly
 from runtime.server.selection import Selection
 from runtime.server.upstream_session import pooled_session
@@ -68,14 +87,45 @@ READ_METHODS = frozenset({"GET", "HEAD"})
 #: method) rather than werkzeug's bare 405; only READ_METHODS are ever forwarded.
 METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")
 ALLOW = "GET, HEAD, OPTIONS"
+#: A proxied request (headers and body) ends within this many ``--proxy-timeout``.
+TOTAL_FACTOR = 2.0
+#: Set on every answer relayed from a head: its HTML/SVG runs no script in our origin.
+SANDBOX = "sandbox"
 _EXTENSION = "historyserver.proxy"
 _STREAMS_EXTENSION = "historyserver.proxy.streams"
+_BOUNDS_EXTENSION = "historyserver.proxy.bounds"
+_TRACKED = "_historyserver_tracked"
 _session_lock = threading.Lock()
 
 
 def _http_session(app: Flask, pool_size: int) -> requests.Session:
-    """Connections to a head dashboard are reused across the ~10 requests of a Dashboard page."""
-    return pooled_session(app, _EXTENSION, pool_connections=16, pool_maxsize=max(10, pool_size))
+    """Connections to a head dashboard are reused across the ~10 requests of a Dashboard page;
+    their pools tell :class:`~runtime.server.live.bounds.Watch` which connection a request uses."""
+    found = app.extensions.get(_EXTENSION)
+    if isinstance(found, requests.Session) and getattr(found, _TRACKED, False):
+        return found
+    with _session_lock:
+        session = pooled_session(app, _EXTENSION, pool_connections=16, pool_maxsize=max(10, pool_size))
+        if not getattr(session, _TRACKED, False):
+            track_connections(session)
+            setattr(session, _TRACKED, True)
+        return session
+
+
+def cluster_limit(threads: int) -> int:
+    """Non-stream requests per cluster and worker at once: three quarters of the threads
+    (6 of 8: a browser opens at most 6 connections per host), so a slow head always
+    leaves threads for probes and other clusters."""
+    return max(1, threads * 3 // 4)
+
+
+def _bounds(app: Flask, threads: int) -> tuple[ClusterSlots, Deadlines]:
+    found = app.extensions.get(_BOUNDS_EXTENSION)
+    if found is None:
+        with _session_lock:
+            found = app.extensions.setdefault(_BOUNDS_EXTENSION, (ClusterSlots(cluster_limit(threads)), Deadlines()))
+    slots, deadlines = found
+    return slots, deadlines
 
 
 def _stream_bounds(app: Flask, limit: int) -> tuple[StreamSlots, DisconnectWatcher]:
@@ -116,10 +166,66 @@ def proxy_request(
 
     target = cluster.base_url + _path_and_query(request)
     streaming = any(p.match(request.path) for p in STREAM_PATHS)
-    slots: StreamSlots | None = None
-    watcher: DisconnectWatcher | None = None
+    budget = TOTAL_FACTOR * config.proxy_timeout
+    held = _hold_slot(streaming, cluster, config, metrics, label=label, budget=budget)
+    if isinstance(held, Response):
+        return held
+    release = held
+    _, deadlines = _bounds(current_app, config.threads)
+    watch = Watch()
+    armed: int | None = deadlines.arm(time.monotonic() + budget, watch.expire)
+    try:
+        with watch:
+            upstream = _send(config, outcomes, request, target, label, token=token, watch=watch, budget=budget)
+    except BaseException:
+        deadlines.disarm(armed)
+        release()
+        raise
+    if isinstance(upstream, Response):  # an error answer
+        deadlines.disarm(armed)
+        release()
+        return upstream
     if streaming:
-        slots, watcher = _stream_bounds(current_app, config.live_stream_limit)
+        deadlines.disarm(armed)  # headers came in time; a stream then runs as long as its log grows
+        armed = None
+    try:
+        headers = downstream_headers(upstream, cluster, request, target)
+    except ForeignRedirectError as exc:
+        deadlines.disarm(armed)
+        upstream.close()
+        release()
+        metrics.labels("foreign_redirect").inc()
+        logger.warning("live cluster %s: %s redirected off the cluster to %r: refused", label, target, exc.location)
+        return json_error(
+            502,
+            f"live cluster {label}: its dashboard redirected {request.path} to {exc.location[:200]!r}, outside the "
+            "cluster; the history server does not forward such redirects",
+        )
+
+    metrics.labels("upstream_5xx" if upstream.status_code >= 500 else "forwarded").inc()
+    if token is not None and upstream.status_code in (401, 403):
+        _token_refused(live, cluster)
+    relay = _Relay(upstream, label, target, outcomes)
+    relay.bound(release, deadlines, armed, watch, budget)
+    if streaming:
+        _slots, watcher = _stream_bounds(current_app, config.live_stream_limit)
+        relay.stream_forever(watcher, _client_socket(request))
+    response = Response(relay, status=upstream.status_code, headers=headers, direct_passthrough=True)
+    # Whatever the head serves (HTML, SVG, a JS file) runs no script in our origin.
+    response.headers["Content-Security-Policy"] = SANDBOX
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    if streaming:
+        response.headers["X-Accel-Buffering"] = "no"  # ask nginx-style ingresses not to buffer
+    return response
+
+
+def _hold_slot(
+    streaming: bool, cluster: LiveCluster, config: ServerConfig, metrics: Counter, *, label: str, budget: float
+) -> Callable[[], None] | Response:
+    """A slot for this request (a stream slot, or one of its cluster's): the function that
+    gives it back, or our 503 when none is free."""
+    if streaming:
+        slots, _watcher = _stream_bounds(current_app, config.live_stream_limit)
         if not slots.try_acquire():
             metrics.labels("too_many_streams").inc()
             logger.warning("live cluster %s: refused a log stream, %d already open", label, slots.limit)
@@ -129,29 +235,31 @@ def proxy_request(
                 "close one or retry shortly",
                 {"Retry-After": "5"},
             )
-    try:
-        upstream = _send(config, outcomes, request, target, label, token=token)
-    except BaseException:
-        if slots is not None:
-            slots.release()
-        raise
-    if isinstance(upstream, Response):  # an error answer
-        if slots is not None:
-            slots.release()
-        return upstream
+        return _once(slots.release)
+    per_cluster, _deadlines = _bounds(current_app, config.threads)
+    if not per_cluster.try_acquire(cluster.key):
+        metrics.labels("too_many_requests").inc()
+        logger.warning(
+            "live cluster %s: refused a request, %d already waiting for its dashboard", label, per_cluster.limit
+        )
+        return json_error(
+            503,
+            f"live cluster {label}: {per_cluster.limit} requests to its dashboard are already in flight in this "
+            f"server process (each ends within {budget:g} s); retry shortly",
+            {"Retry-After": "2"},
+        )
+    return _once(lambda: per_cluster.release(cluster.key))
 
-    metrics.labels("upstream_5xx" if upstream.status_code >= 500 else "forwarded").inc()
-    if token is not None and upstream.status_code in (401, 403):
-        _token_refused(live, cluster)
-    relay = _Relay(upstream, label, target, outcomes)
-    if streaming and slots is not None and watcher is not None:
-        relay.stream_forever(slots, watcher, _client_socket(request))
-    response = Response(
-        relay, status=upstream.status_code, headers=downstream_headers(upstream, cluster), direct_passthrough=True
-    )
-    if streaming:
-        response.headers["X-Accel-Buffering"] = "no"  # ask nginx-style ingresses not to buffer
-    return response
+
+def _once(release: Callable[[], None]) -> Callable[[], None]:
+    """``release`` that does something only the first time it is called."""
+    done = threading.Lock()
+
+    def run() -> None:
+        if done.acquire(blocking=False):
+            release()
+
+    return run
 
 
 def _not_forwarded(request: Request, label: str, metrics: Counter) -> Response:
@@ -216,15 +324,25 @@ def _token_refused(live: LiveDirectory, cluster: LiveCluster) -> None:
 
 
 def _send(
-    config: ServerConfig, metrics: Counter, request: Request, target: str, label: str, *, token: str | None
+    config: ServerConfig,
+    metrics: Counter,
+    request: Request,
+    target: str,
+    label: str,
+    *,
+    token: str | None,
+    watch: Watch,
+    budget: float,
 ) -> requests.Response | Response:
-    """The upstream's answer once its headers arrived, or our error answer."""
+    """The upstream's answer once its headers arrived, or our error answer (``watch``
+    tells whether the total deadline, ``budget`` seconds, cut it short)."""
     timeout = config.proxy_timeout
     session = _http_session(current_app, config.threads)
     try:
         # The read timeout also bounds the wait for the headers: an upstream that
-        # accepts and never answers cannot hold a thread for longer.
-        return session.request(
+        # accepts and never answers cannot hold a thread for longer. The total
+        # deadline (the watch) ends one that trickles its headers.
+        upstream = session.request(
             request.method,
             target,
             headers=upstream_headers(request, token),
@@ -233,14 +351,29 @@ def _send(
             allow_redirects=False,
             timeout=(min(10.0, timeout), timeout),
         )
-    except requests.Timeout as exc:
+    except requests.RequestException as exc:
+        if not watch.expired:
+            return _send_failed(metrics, request, target, label, timeout=timeout, exc=exc)
+        upstream = None
+    if upstream is None or watch.expired:
+        if upstream is not None:
+            upstream.close()
+        metrics.labels("upstream_timeout").inc()
+        logger.warning("live cluster %s: %s %s: no answer within %g s", label, request.method, target, budget)
+        return json_error(504, f"live cluster {label}: no complete answer from {target} within {budget:g} s")
+    return upstream
+
+
+def _send_failed(
+    metrics: Counter, request: Request, target: str, label: str, *, timeout: float, exc: requests.RequestException
+) -> Response:
+    if isinstance(exc, requests.Timeout):
         metrics.labels("upstream_timeout").inc()
         logger.warning("live cluster %s: %s %s timed out: %s", label, request.method, target, exc)
         return json_error(504, f"live cluster {label}: no answer from {target} within {timeout:g} s")
-    except requests.RequestException as exc:
-        metrics.labels("upstream_error").inc()
-        logger.warning("live cluster %s: %s %s failed: %s", label, request.method, target, exc)
-        return json_error(502, f"live cluster {label}: cannot reach its dashboard at {target}: {_reason(exc)}")
+    metrics.labels("upstream_error").inc()
+    logger.warning("live cluster %s: %s %s failed: %s", label, request.method, target, exc)
+    return json_error(502, f"live cluster {label}: cannot reach its dashboard at {target}: {_reason(exc)}")
 
 
 def _path_and_query(request: Request) -> str:
@@ -277,50 +410,86 @@ def _request_body(request: Request) -> _SizedStream | IO[bytes] | None:
     return None
 
 
+class DeadlineExceededError(OSError):
+    """A relay ran past its total deadline (the head sent too slowly)."""
+
+
 class _Relay:
     """The upstream body as it arrives, still encoded (Content-Encoding and
     Content-Length are passed through unchanged, so the bytes must be too).
 
     The WSGI server calls ``close()`` when the answer is done or the client went
-    away: a fully read connection goes back to the pool, anything else is closed.
+    away: a fully read connection goes back to the pool, anything else is closed;
+    the request's slot is given back and its deadline disarmed.
     """
 
     def __init__(self, upstream: requests.Response, label: str, target: str, outcomes: Counter) -> None:
         self.upstream, self.label, self.target, self.outcomes = upstream, label, target, outcomes
         self.complete = False
         self.client_gone = False
-        self._slots: StreamSlots | None = None
+        self._release: Callable[[], None] | None = None
+        self._deadlines: Deadlines | None = None
+        self._armed: int | None = None
+        self._deadline = Watch()
+        self._budget = 0.0
         self._watcher: DisconnectWatcher | None = None
-        self._watch: int | None = None
+        self._disconnect: int | None = None
         self._sock: Any = None
 
-    def stream_forever(self, slots: StreamSlots, watcher: DisconnectWatcher, client: Any) -> None:
-        """A log stream: no read timeout from now on, the slot is held until
-        :meth:`close`, and the upstream is cut when the client hangs up."""
-        self._slots, self._watcher = slots, watcher
+    def bound(
+        self, release: Callable[[], None], deadlines: Deadlines, armed: int | None, deadline: Watch, budget: float
+    ) -> None:
+        """Hold the request's slot (``release`` gives it back) and its deadline (``armed``,
+        None for a stream: none once its headers came) until :meth:`close`."""
+        self._release, self._deadlines, self._armed, self._deadline, self._budget = (
+            release,
+            deadlines,
+            armed,
+            deadline,
+            budget,
+        )
+
+    def stream_forever(self, watcher: DisconnectWatcher, client: Any) -> None:
+        """A log stream: no read timeout from now on, and the upstream is cut when the
+        client hangs up."""
+        self._watcher = watcher
         self._sock = _upstream_socket(self.upstream)
         if self._sock is not None:
             self._sock.settimeout(None)  # a quiet log sends nothing for minutes
         if client is not None:
-            self._watch = watcher.watch(client, self._client_left)
+            self._disconnect = watcher.watch(client, self._client_left)
 
     def _client_left(self) -> None:
         self.client_gone = True
         shutdown_quietly(self._sock)  # the request thread's blocking read returns
 
-    def __iter__(self) -> Iterator[bytes]:
+    def _chunks(self) -> Iterator[bytes]:
         raw = self.upstream.raw
+        if raw.chunked:
+            yield from raw.stream(CHUNK, decode_content=False)
+        else:
+            while chunk := raw.read1(CHUNK, decode_content=False):
+                yield chunk
+
+    def __iter__(self) -> Iterator[bytes]:
         try:
-            if raw.chunked:
-                yield from raw.stream(CHUNK, decode_content=False)
-            else:
-                while chunk := raw.read1(CHUNK, decode_content=False):
-                    yield chunk
+            for chunk in self._chunks():
+                if self._deadline.expired:
+                    break
+                yield chunk
+            if self._deadline.expired:
+                raise DeadlineExceededError(f"no complete answer within {self._budget:g} s")
             self.complete = True
         except (urllib3.exceptions.HTTPError, requests.RequestException, OSError) as exc:
             if self.client_gone:
                 logger.info("live cluster %s: client left, stream from %s closed", self.label, self.target)
                 return
+            if self._deadline.expired:
+                self.outcomes.labels("upstream_timeout").inc()
+                logger.warning(
+                    "live cluster %s: %s sent too slowly, cut off after %g s", self.label, self.target, self._budget
+                )
+                raise DeadlineExceededError(f"no complete answer within {self._budget:g} s") from exc
             self.outcomes.labels("stream_error").inc()
             logger.warning("live cluster %s: stream from %s broke off: %s", self.label, self.target, exc)
             # Re-raised so the server aborts the connection: ending normally would
@@ -329,15 +498,18 @@ class _Relay:
 
     def close(self) -> None:
         if self._watcher is not None:
-            self._watcher.unwatch(self._watch)  # after this, _client_left has run or never will
+            self._watcher.unwatch(self._disconnect)  # after this, _client_left has run or never will
             self._watcher = None
-        if self.complete and not self.client_gone:
+        if self._deadlines is not None:
+            self._deadlines.disarm(self._armed)  # after this, the deadline has fired or never will
+            self._deadlines = None
+        if self.complete and not self.client_gone and not self._deadline.expired:
             self.upstream.raw.release_conn()
         else:
             self.upstream.close()
-        if self._slots is not None:
-            self._slots.release()
-            self._slots = None
+        if self._release is not None:
+            self._release()
+            self._release = None
 
 
 def _reason(exc: requests.RequestException) -> str:

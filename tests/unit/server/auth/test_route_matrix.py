@@ -155,6 +155,22 @@ def test_clusters_lists_only_readable_namespaces(world: tuple[Flask, Flask, Auth
         assert other not in json.dumps(entries)
 
 
+def test_clusters_lists_readable_namespaces_whatever_the_selection_cookie(
+    world: tuple[Flask, Flask, AuthApiStub, StoredSample],
+) -> None:
+    """The picker's list filters; a selection cookie naming a namespace the caller may not
+    read (a stale one after access was revoked, or planted) must not lock them out of it.
+    Every other route still refuses that cookie (test_forged_cookies_for_another_namespace_are_403)."""
+    guarded = world[0]
+    client = _client(guarded, select_default=True)  # cookies select a session in "default"
+    answer = client.get("/clusters", headers=_headers(TEAM_A_USER))
+    assert answer.status_code == 200, (answer.status_code, answer.get_data(as_text=True)[:200])
+    entries = answer.get_json()
+    assert entries and {e["namespace"] for e in entries} == {"team-a"}, entries
+    assert client.get(SESSION_ROUTES[0], headers=_headers(TEAM_A_USER)).status_code == 403
+    assert client.get("/clusters").status_code == 401  # still authenticated on every request
+
+
 @pytest.mark.parametrize("path", OPEN_ROUTES)
 def test_probes_and_metrics_stay_open_and_carry_no_session_data(
     world: tuple[Flask, Flask, AuthApiStub, StoredSample], path: str

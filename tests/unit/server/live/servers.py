@@ -49,6 +49,11 @@ class Upstream:
     server: ThreadingHTTPServer
     seen: list[Seen] = field(default_factory=list)
     gap: float = 0.6  # seconds between chunks of the slow streams
+    #: Extra fixed answers by path (status, headers, body): what a hostile head sends.
+    routes: dict[str, tuple[int, list[tuple[str, str]], bytes]] = field(default_factory=dict)
+    trickle: float = 0.15  # seconds between the bytes of /trickle and /trickle-headers
+    #: /wait answers once this is set (at most 10 s): requests held by a slow head.
+    released: threading.Event = field(default_factory=threading.Event)
 
     @property
     def url(self) -> str:
@@ -99,11 +104,44 @@ def _handler(upstream: Upstream) -> type[BaseHTTPRequestHandler]:
                 self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
 
+        def _trickle_body(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", "40")
+            self.end_headers()
+            try:
+                for _ in range(40):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    time.sleep(upstream.trickle)
+            except OSError:
+                pass
+
+        def _trickle_headers(self) -> None:
+            try:
+                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"x" * 40 + b"\r\nContent-Length: 2\r\n\r\n{}":
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(upstream.trickle)
+            except OSError:
+                pass
+            self.close_connection = True
+
         def _handle(self) -> None:
             body = self._body()
             seen = Seen(self.command, self.path, list(self.headers.items()), body)
             upstream.seen.append(seen)
             path = self.path.split("?", 1)[0]
+            if path in upstream.routes:
+                status, headers, fixed = upstream.routes[path]
+                return self._send(status, fixed, headers)
+            if path == "/trickle":  # 40 bytes, one at a time: never trips a read timeout
+                return self._trickle_body()
+            if path == "/trickle-headers":  # the head itself, one byte at a time
+                return self._trickle_headers()
+            if path == "/wait":
+                upstream.released.wait(10)
+                return self._send(200, b"{}")
             if path == "/big":
                 self.send_response(200)
                 self.send_header("Content-Type", "application/octet-stream")

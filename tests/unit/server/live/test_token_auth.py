@@ -236,7 +236,7 @@ def test_token_is_injected_and_client_credentials_are_not_forwarded(proxy: str, 
     assert seen.header("x-ray-authorization") == f"Bearer {TOKEN}"
     assert [v for k, v in seen.headers if k.lower() == "x-ray-authorization"] == [f"Bearer {TOKEN}"]
     assert seen.header("Authorization") is None
-    assert seen.header("Cookie") == "user_cookie=keep-me"
+    assert seen.header("Cookie") is None  # no cookie at all: Ray's forged one, nor the user's
     assert TOKEN not in answer.text and TOKEN not in str(answer.headers)
 
 
@@ -250,7 +250,7 @@ def test_clusters_without_token_auth_get_no_credentials(proxy: str, upstream: Up
     assert answer.status_code == 200
     seen = upstream.last()
     assert seen.header("Authorization") is None and seen.header("x-ray-authorization") is None
-    assert seen.header("Cookie") == "user_cookie=keep-me"
+    assert seen.header("Cookie") is None
 
 
 def test_static_clusters_get_no_credentials(tmp_path: Path, upstream: Upstream) -> None:
@@ -315,7 +315,7 @@ def test_rays_token_cookie_is_never_set_downstream(proxy: str) -> None:
     answer = _client("team-a", "secure").get(f"{proxy}/ray-login", timeout=10)
     cookies = answer.raw.headers.getlist("Set-Cookie")
     assert not [c for c in cookies if c.startswith("ray-authentication-token")]
-    assert "other=1; Path=/" in cookies
+    assert not [c for c in cookies if c.startswith("other=")]  # no cookie of the head's at all
 
 
 def test_kubernetes_delegated_clusters_get_the_callers_own_kubernetes_token(
