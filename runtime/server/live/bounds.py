@@ -33,16 +33,42 @@ _tracking = threading.local()
 
 
 class Watch:
-    """One upstream request under a deadline: the connection it runs on (once the pool
-    handed one out) and whether its time ran out."""
+    """One upstream request under a deadline: the connection it runs on (from when the pool
+    hands it out until it goes back) and whether its time ran out.
+
+    urllib3 puts a connection back in the pool as soon as its body has been read, before
+    the relay ends and the deadline is disarmed; from then on another request may be using
+    it. So a returned connection is forgotten first (:meth:`released`), under the same lock
+    as :meth:`expire`, which shuts only a socket this request still holds."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self.conn: Any = None
         self.expired = False
+        #: The time ran out before the answer was all read (its connection still held, or
+        #: none yet): the answer is cut short. Expiring after that changes nothing upstream.
+        self.cut = False
+        self._answered = False
 
     def expire(self) -> None:
-        self.expired = True
-        shutdown_quietly(getattr(self.conn, "sock", None))
+        with self._lock:
+            self.expired = True
+            self.cut = not self._answered
+            shutdown_quietly(getattr(self.conn, "sock", None))
+
+    def held(self, conn: Any) -> None:
+        """The pool handed ``conn`` to this request (shut at once if its time is up)."""
+        with self._lock:
+            self.conn = conn
+            if self.expired:
+                shutdown_quietly(getattr(conn, "sock", None))
+
+    def released(self, conn: Any) -> None:
+        """``conn`` goes back to the pool: no longer this request's to shut."""
+        with self._lock:
+            if self.conn is conn:
+                self.conn = None
+                self._answered = True  # urllib3 returns a connection once the body is read
 
     def __enter__(self) -> Watch:
         _tracking.watch = self
@@ -52,23 +78,41 @@ class Watch:
         _tracking.watch = None
 
 
+_WATCH_ATTR = "_ray_history_watch"
+
+
 def _track(conn: Any) -> Any:
     watch: Watch | None = getattr(_tracking, "watch", None)
     if watch is not None:
-        watch.conn = conn
-        if watch.expired:  # the deadline passed before the connection was known
-            shutdown_quietly(getattr(conn, "sock", None))
+        # On the connection: it may go back to the pool from whichever thread reads the end.
+        setattr(conn, _WATCH_ATTR, watch)
+        watch.held(conn)
     return conn
+
+
+def _untrack(conn: Any) -> None:
+    watch: Watch | None = getattr(conn, _WATCH_ATTR, None)
+    if watch is not None:
+        setattr(conn, _WATCH_ATTR, None)
+        watch.released(conn)
 
 
 class _TrackedHTTPPool(HTTPConnectionPool):
     def _get_conn(self, timeout: float | None = None) -> Any:
         return _track(super()._get_conn(timeout))
 
+    def _put_conn(self, conn: Any) -> None:
+        _untrack(conn)  # before another request can take it from the pool
+        super()._put_conn(conn)
+
 
 class _TrackedHTTPSPool(HTTPSConnectionPool):
     def _get_conn(self, timeout: float | None = None) -> Any:
         return _track(super()._get_conn(timeout))
+
+    def _put_conn(self, conn: Any) -> None:
+        _untrack(conn)
+        super()._put_conn(conn)
 
 
 def track_connections(session: requests.Session) -> None:

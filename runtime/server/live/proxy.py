@@ -342,20 +342,17 @@ def _send(
         # The read timeout also bounds the wait for the headers: an upstream that
         # accepts and never answers cannot hold a thread for longer. The total
         # deadline (the watch) ends one that trickles its headers.
-        upstream = session.request(
-            request.method,
-            target,
-            headers=upstream_headers(request, token),
-            data=_request_body(request),
-            stream=True,
-            allow_redirects=False,
-            timeout=(min(10.0, timeout), timeout),
-        )
+        # Straight to the adapter: Session.send runs its redirect logic even without
+        # following redirects, and that reads a 3xx's whole body (unbounded) before we
+        # could relay it (we then sent its Content-Length with no body).
+        headers, body = upstream_headers(request, token), _request_body(request)
+        prepared = session.prepare_request(requests.Request(request.method, target, headers=headers, data=body))
+        upstream = session.get_adapter(target).send(prepared, stream=True, timeout=(min(10.0, timeout), timeout))
     except requests.RequestException as exc:
-        if not watch.expired:
+        if not watch.cut:
             return _send_failed(metrics, request, target, label, timeout=timeout, exc=exc)
         upstream = None
-    if upstream is None or watch.expired:
+    if upstream is None or watch.cut:
         if upstream is not None:
             upstream.close()
         metrics.labels("upstream_timeout").inc()
@@ -474,17 +471,17 @@ class _Relay:
     def __iter__(self) -> Iterator[bytes]:
         try:
             for chunk in self._chunks():
-                if self._deadline.expired:
+                if self._deadline.cut:
                     break
                 yield chunk
-            if self._deadline.expired:
+            if self._deadline.cut:
                 raise DeadlineExceededError(f"no complete answer within {self._budget:g} s")
             self.complete = True
         except (urllib3.exceptions.HTTPError, requests.RequestException, OSError) as exc:
             if self.client_gone:
                 logger.info("live cluster %s: client left, stream from %s closed", self.label, self.target)
                 return
-            if self._deadline.expired:
+            if self._deadline.cut:
                 self.outcomes.labels("upstream_timeout").inc()
                 logger.warning(
                     "live cluster %s: %s sent too slowly, cut off after %g s", self.label, self.target, self._budget
@@ -503,7 +500,7 @@ class _Relay:
         if self._deadlines is not None:
             self._deadlines.disarm(self._armed)  # after this, the deadline has fired or never will
             self._deadlines = None
-        if self.complete and not self.client_gone and not self._deadline.expired:
+        if self.complete and not self.client_gone and not self._deadline.cut:
             self.upstream.raw.release_conn()
         else:
             self.upstream.close()

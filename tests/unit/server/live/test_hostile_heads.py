@@ -375,3 +375,65 @@ def test_cluster_slots_are_per_cluster() -> None:
     slots.release("a/x")
     assert slots.try_acquire("a/x")
     assert slots.in_use("a/x") == 2
+
+
+def test_a_deadline_after_the_answer_was_read_never_touches_a_reused_connection() -> None:
+    """urllib3 returns a connection to the pool as soon as the body has been read, before the
+    relay ends and the deadline is disarmed. A deadline firing then must not shut that
+    socket: another request may be using it (keep-alive), and its answer would be cut (found
+    by review helper-57). A request whose answer was all read is not cut either."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from requests.adapters import HTTPAdapter
+
+    from runtime.server.live.bounds import Watch, track_connections
+
+    class Head(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            if self.path == "/slow":
+                time.sleep(0.6)
+            self.send_response(200)
+            self.send_header("Content-Length", "5")
+            self.end_headers()
+            self.wfile.write(b"hello")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Head)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    session = requests.Session()
+    session.mount("http://", HTTPAdapter(pool_connections=1, pool_maxsize=1))  # one connection: B reuses A's
+    track_connections(session)
+    deadlines = Deadlines()
+    try:
+        watch = Watch()
+        deadlines.arm(time.monotonic() + 0.3, watch.expire)
+        with watch:
+            first = session.get(f"{base}/small", stream=True)
+        assert first.raw.read() == b"hello"  # read whole: the connection is back in the pool
+        second = session.get(f"{base}/slow", timeout=5)  # takes it, answers after the deadline
+        assert watch.expired and not watch.cut
+        assert (second.status_code, second.content) == (200, b"hello")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_redirects_body_is_relayed_with_its_length(tmp_path: Path) -> None:
+    """requests' Session.send runs its redirect logic even when not following redirects,
+    and that read a 3xx's whole body (unbounded) before the proxy could relay it: the
+    browser got the head's Content-Length and no body, a stalled or desynchronised
+    connection (Ray's own aiohttp redirects carry a 10-byte body; found by review helper-57)."""
+    with upstream_server() as up:
+        up.routes["/redir"] = (302, [("Location", "/target"), ("Content-Type", "text/plain")], b"moved here")
+        directory = StaticLiveDirectory([LiveClusterURL("default", "live-demo", up.url)])
+        app = make_app(server_config(tmp_path, proxy_timeout=5), directory)
+        with serve(app) as url:
+            answer = requests.get(f"{url}/redir", cookies=live_cookies(), allow_redirects=False, timeout=5)
+    assert answer.status_code == 302
+    assert answer.content == b"moved here"
+    assert answer.headers["Content-Length"] == "10"
