@@ -38,9 +38,9 @@ only API answers, logs, profiles and tracebacks come from the head.
 
 Every other request has a total deadline of :data:`TOTAL_FACTOR` x
 ``--proxy-timeout`` (headers and body; a head trickling a byte at a time never
-trips a read timeout) and at most :func:`cluster_limit` of them run per cluster
-and worker at once (503 JSON with ``Retry-After`` beyond), so one slow head cannot
-hold every thread (:mod:`runtime.server.live.bounds`).
+trips a read timeout) and at most :func:`cluster_limit` requests, log streams
+included, run per cluster and worker at once (503 JSON with ``Retry-After`` beyond),
+so one slow head cannot hold every thread (:mod:`runtime.server.live.bounds`).
 
 Log streams (``/api/v0/logs/stream``, job log tails) wait for the upstream's
 headers within the same deadline, then have no read timeout (a quiet log sends
@@ -113,7 +113,7 @@ def _http_session(app: Flask, pool_size: int) -> requests.Session:
 
 
 def cluster_limit(threads: int) -> int:
-    """Non-stream requests per cluster and worker at once: three quarters of the threads
+    """Requests per cluster and worker at once, log streams included: three quarters of the threads
     (6 of 8: a browser opens at most 6 connections per host), so a slow head always
     leaves threads for probes and other clusters."""
     return max(1, threads * 3 // 4)
@@ -222,20 +222,36 @@ def proxy_request(
 def _hold_slot(
     streaming: bool, cluster: LiveCluster, config: ServerConfig, metrics: Counter, *, label: str, budget: float
 ) -> Callable[[], None] | Response:
-    """A slot for this request (a stream slot, or one of its cluster's): the function that
-    gives it back, or our 503 when none is free."""
-    if streaming:
-        slots, _watcher = _stream_bounds(current_app, config.live_stream_limit)
-        if not slots.try_acquire():
-            metrics.labels("too_many_streams").inc()
-            logger.warning("live cluster %s: refused a log stream, %d already open", label, slots.limit)
-            return json_error(
-                503,
-                f"too many live log streams at once ({slots.limit} per server process, --max-live-streams); "
-                "close one or retry shortly",
-                {"Retry-After": "5"},
-            )
-        return _once(slots.release)
+    """Slots for this request (one of its cluster's; a stream also one of the streams'):
+    the function that gives them back, or our 503 when one is not free. A stream counts
+    against its cluster too, so streams and requests of one slow head together never take
+    more than the cluster's share of the threads."""
+    cluster_slot = _hold_cluster_slot(cluster, config, metrics, label=label, budget=budget)
+    if isinstance(cluster_slot, Response) or not streaming:
+        return cluster_slot
+    slots, _watcher = _stream_bounds(current_app, config.live_stream_limit)
+    if not slots.try_acquire():
+        cluster_slot()
+        metrics.labels("too_many_streams").inc()
+        logger.warning("live cluster %s: refused a log stream, %d already open", label, slots.limit)
+        return json_error(
+            503,
+            f"too many live log streams at once ({slots.limit} per server process, --max-live-streams); "
+            "close one or retry shortly",
+            {"Retry-After": "5"},
+        )
+
+    def release_both() -> None:
+        slots.release()
+        cluster_slot()
+
+    return _once(release_both)
+
+
+def _hold_cluster_slot(
+    cluster: LiveCluster, config: ServerConfig, metrics: Counter, *, label: str, budget: float
+) -> Callable[[], None] | Response:
+    """One of the cluster's slots (3/4 of the threads): the function that gives it back, or our 503."""
     per_cluster, _deadlines = _bounds(current_app, config.threads)
     if not per_cluster.try_acquire(cluster.key):
         metrics.labels("too_many_requests").inc()
@@ -244,8 +260,8 @@ def _hold_slot(
         )
         return json_error(
             503,
-            f"live cluster {label}: {per_cluster.limit} requests to its dashboard are already in flight in this "
-            f"server process (each ends within {budget:g} s); retry shortly",
+            f"live cluster {label}: {per_cluster.limit} requests to its dashboard (log streams included) are "
+            f"already in flight in this server process (a request ends within {budget:g} s); retry shortly",
             {"Retry-After": "2"},
         )
     return _once(lambda: per_cluster.release(cluster.key))

@@ -393,7 +393,7 @@ def test_a_deadline_after_the_answer_was_read_never_touches_a_reused_connection(
 
         def do_GET(self) -> None:
             if self.path == "/slow":
-                time.sleep(0.6)
+                time.sleep(2.0)  # the deadline (1 s) fires while the second request holds the connection
             self.send_response(200)
             self.send_header("Content-Length", "5")
             self.end_headers()
@@ -411,7 +411,7 @@ def test_a_deadline_after_the_answer_was_read_never_touches_a_reused_connection(
     deadlines = Deadlines()
     try:
         watch = Watch()
-        deadlines.arm(time.monotonic() + 0.3, watch.expire)
+        deadlines.arm(time.monotonic() + 1.0, watch.expire)  # the first answer is read well before
         with watch:
             first = session.get(f"{base}/small", stream=True)
         assert first.raw.read() == b"hello"  # read whole: the connection is back in the pool
@@ -437,3 +437,30 @@ def test_a_redirects_body_is_relayed_with_its_length(tmp_path: Path) -> None:
     assert answer.status_code == 302
     assert answer.content == b"moved here"
     assert answer.headers["Content-Length"] == "10"
+
+
+def test_log_streams_count_against_their_clusters_share(tmp_path: Path, head: Upstream) -> None:
+    """A stream holds a thread as long as its log grows: streams and requests of one slow head
+    together stay within the cluster's 3/4 of --threads (3 of 4 here), or a head holding
+    --max-live-streams streams plus its request share took every thread (found by review
+    helper-57)."""
+    head.gap = 2.0  # each stream stays open ~6 s
+    directory = StaticLiveDirectory([LiveClusterURL("default", "live-demo", head.url)])
+    app = make_app(server_config(tmp_path, proxy_timeout=8, threads=4), directory)
+    with serve(app) as url:
+
+        def get(path: str) -> None:
+            requests.get(f"{url}{path}", headers={"Cookie": SELECT}, timeout=30)
+
+        held = [threading.Thread(target=get, args=(path,)) for path in ("/api/v0/logs/stream",) * 2 + ("/wait",)]
+        for thread in held:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while len(head.seen) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        refused = requests.get(f"{url}/api/version", headers={"Cookie": SELECT}, timeout=10)
+        head.released.set()
+        for thread in held:
+            thread.join(20)
+    assert refused.status_code == 503, refused.text
+    assert "log streams included" in refused.json()["msg"]
