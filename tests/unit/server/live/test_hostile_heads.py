@@ -318,6 +318,15 @@ def test_trickled_headers_are_cut_at_the_total_deadline(proxy: tuple[str, Flask]
     assert "no complete answer" in answer.json()["msg"]
 
 
+def _start_held(head: Upstream, requests_held: list[threading.Thread]) -> None:
+    """Start the threads (each a request the head holds) and wait until the head has seen them."""
+    for thread in requests_held:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while len(head.seen) < len(requests_held) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def test_one_slow_head_cannot_take_every_thread(tmp_path: Path, head: Upstream) -> None:
     """At most 3/4 of --threads requests per cluster (3 of 4 here); the next gets 503 JSON
     with Retry-After, another cluster is still served, and slots come back."""
@@ -336,11 +345,7 @@ def test_one_slow_head_cannot_take_every_thread(tmp_path: Path, head: Upstream) 
             )
             for _ in range(3)
         ]
-        for thread in held:
-            thread.start()
-        deadline = time.monotonic() + 10
-        while len(head.seen) < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        _start_held(head, held)
         refused = requests.get(f"{url}/api/version", headers={"Cookie": SELECT}, timeout=10)
         assert refused.status_code == 503
         assert refused.headers["Retry-After"]
@@ -453,11 +458,7 @@ def test_log_streams_count_against_their_clusters_share(tmp_path: Path, head: Up
             requests.get(f"{url}{path}", headers={"Cookie": SELECT}, timeout=30)
 
         held = [threading.Thread(target=get, args=(path,)) for path in ("/api/v0/logs/stream",) * 2 + ("/wait",)]
-        for thread in held:
-            thread.start()
-        deadline = time.monotonic() + 10
-        while len(head.seen) < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        _start_held(head, held)
         refused = requests.get(f"{url}/api/version", headers={"Cookie": SELECT}, timeout=10)
         head.released.set()
         for thread in held:
