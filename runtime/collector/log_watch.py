@@ -48,6 +48,9 @@ class LogWatcher:
         self._retry_after = retry_after
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        # ensure() (the shipper's loop) and stop() (the shutdown) run on different threads:
+        # stop must never see a watcher made but not yet started (join would raise).
+        self._lock = threading.Lock()
         self._failed_at = -math.inf
         self._watched: frozenset[Path] = frozenset()  # the real directories being watched
         self.rewatch = threading.Event()  # the watcher saw a new directory
@@ -68,17 +71,20 @@ class LogWatcher:
         except OSError:
             return False  # not there yet, or a link: never watched
         dirs = log_dirs(logs_dir, anchor)
-        self._watched = frozenset(dirs)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, args=(dirs, self._stop), name="log-watch", daemon=True)
-        self._thread.start()
+        stop_event = threading.Event()
+        thread = threading.Thread(target=self._watch, args=(dirs, stop_event), name="log-watch", daemon=True)
+        with self._lock:
+            self._watched = frozenset(dirs)
+            self._stop, self._thread = stop_event, thread
+            thread.start()
         return True
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=4 * WATCH_STEP_MS / 1000)
-        self._thread = None
+        with self._lock:
+            self._stop.set()
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=4 * WATCH_STEP_MS / 1000)
 
     def _watch(self, dirs: list[Path], stop_event: threading.Event) -> None:
         logs_dir = dirs[0]
