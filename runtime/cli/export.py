@@ -2,7 +2,7 @@
 
 Objects are streamed in ranged chunks straight into the archive (memory stays
 flat whatever a log's size) and hashed on the way; the manifest goes last. The
-archive is written to a new ``.FILE.XXXXXXXX.part`` (readable by its owner only) and
+archive is written to a new temporary file beside it (``tempfile.mkstemp``: readable by its owner only) and
 renamed when complete, so a failed export never leaves a plausible-looking archive
 behind.
 """
