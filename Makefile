@@ -16,7 +16,7 @@ PY := $(VENV)/bin/python
 STORAGE_DIR ?= .ray-history
 SITE_DIR ?= .test-artifacts/site
 
-.PHONY: demo test test-fast lint typecheck docs venv venv-demo node-deps system-deps clean bench
+.PHONY: demo test native test-native test-fast lint typecheck docs venv venv-demo node-deps system-deps clean bench
 
 define check_python
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required, found " + sys.version.split()[0]'
@@ -72,6 +72,24 @@ test: venv node-deps system-deps
 	$(VENV)/bin/mypy
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(SITE_DIR)
 	$(VENV)/bin/pytest
+	$(MAKE) --no-print-directory test-native
+
+# The index builder's hot path compiled with mypyc, as the server image ships it (setup.py):
+# compiled in a copy of the tree (never here, where a compiled module would shadow every
+# later edit of its source) and the build's tests run there against it.
+NATIVE_DIR ?= .test-artifacts/native
+NATIVE_TESTS := tests/unit/server/index tests/unit/server/replay tests/unit/server/perf_index \
+  tests/unit/server/queries tests/unit/server/test_build.py tests/unit/server/test_build_progress.py \
+  tests/unit/server/test_golden_session_a.py tests/unit/server/test_hostile_sessions.py \
+  tests/unit/server/test_index_building.py tests/unit/server/test_index_child.py
+native: venv
+	rm -rf $(NATIVE_DIR) && mkdir -p $(NATIVE_DIR)
+	git ls-files --cached --others --exclude-standard | tar --create --file - --files-from - --ignore-failed-read \
+	  | tar --extract --file - --directory $(NATIVE_DIR)
+	cd $(NATIVE_DIR) && RHS_MYPYC=1 $(abspath $(PY)) setup.py --quiet build_ext --inplace
+
+test-native: native
+	cd $(NATIVE_DIR) && RHS_EXPECT_NATIVE=1 PYTHONPATH=. $(abspath $(PY)) -m pytest -p no:cacheprovider $(NATIVE_TESTS)
 
 test-fast: venv node-deps system-deps
 	$(VENV)/bin/pytest -m "not slow"

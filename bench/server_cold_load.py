@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,15 @@ def child(store_dir: str, out: str, processes: int | None) -> None:
     )
 
 
+def replay_form() -> str:
+    """Whether the builds below run the native build (setup.py, RHS_MYPYC=1; ``make native``
+    compiles one in .test-artifacts/native, whose bench/ measures it) or the source."""
+    from runtime.server.replay import tasks
+
+    compiled = any(str(tasks.__file__).endswith(suffix) for suffix in EXTENSION_SUFFIXES)
+    return "native (mypyc)" if compiled else "Python"
+
+
 def ensure_session(cache: Path, tasks: int, gzip_events: bool) -> Path:
     store_dir = cache / f"synth-{tasks}{'-gz' if gzip_events else ''}-v{SYNTH_VERSION}"
     if (store_dir / ".complete").exists():
@@ -93,21 +103,27 @@ def loop_seconds() -> float:
     return time.perf_counter() - started
 
 
+_PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
 def _tree_rss_kib(root: int) -> int:
-    """The summed VmRSS of ``root`` and its descendants (0 for a process gone)."""
+    """The summed resident set of ``root`` and its descendants (0 for a process gone).
+    Reads the one-line ``/proc/PID/stat`` of each process (its parent and RSS): sampled
+    every 50 ms beside a build on two cores, parsing every ``status`` took ~5 ms a time."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
             continue
         try:
-            status = (entry / "status").read_text()
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                text = stat.read()
         except OSError:
             continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        pid = int(entry.name)
-        children.setdefault(int(fields.get("PPid", "0").strip() or 0), []).append(pid)
-        rss[pid] = int(fields.get("VmRSS", "0 kB").split()[0])
+        fields = text[text.rindex(b")") + 2 :].split()  # after the command, which may hold spaces
+        pid = int(name)
+        children.setdefault(int(fields[1]), []).append(pid)  # field 4: the parent
+        rss[pid] = int(fields[21]) * _PAGE_KIB  # field 24: resident pages
     total, stack = 0, [root]
     while stack:
         pid = stack.pop()
@@ -187,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     cache.mkdir(parents=True, exist_ok=True)
     print(
         f"cores: {len(os.sched_getaffinity(0))}, load average: {os.getloadavg()[0]:.2f},"
-        f" 10M-iteration Python loop: {loop_seconds():.2f}s"
+        f" 10M-iteration Python loop: {loop_seconds():.2f}s, replay: {replay_form()}"
     )
     for tasks in args.tasks:
         store_dir = ensure_session(cache, tasks, args.gzip)

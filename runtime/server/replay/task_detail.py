@@ -225,9 +225,10 @@ class DetailRenderer:
             return _PROFILED in stored
         return stored[:1] == _SIX_FIELDS
 
-    def __call__(self, stored: bytes) -> bytes:
+    def __call__(self, stored: bytes | bytearray) -> bytes:
+        """A stored detail (bytes from the index; a just-rendered row's bytearray) as JSON."""
         if not stored or stored[0] == _PLAIN:
-            return stored
+            return bytes(stored)
         fields = self._decode(stored)
         fields += [None] * (6 - len(fields))
         definition, transitions, log, error_message, debugger, profile = fields

@@ -320,27 +320,31 @@ class TaskTable:
     def _definition(self, p: DefinitionPayload, actor_task: bool) -> tuple[Any, ...]:
         """The :class:`Definition` fields of a definition event, as a plain tuple."""
         ids = self._ids
+        # A plain dict: converted from a dict, the fields typed ``str | None`` hold
+        # whatever the event had, and compiled code (mypyc) checks an attribute's
+        # annotation as it reads it.
+        f = msgspec.structs.asdict(p)
         if actor_task:
-            task_type, func, actor = "ACTOR_TASK", p.actor_func, p.actor_id
+            task_type, func, actor = "ACTOR_TASK", p.actor_func, f["actor_id"]
         else:
-            task_type, func, actor = str(p.task_type or ""), p.task_func, None
+            task_type, func, actor = str(f["task_type"] or ""), p.task_func, None
         resources = _loads(p.required_resources)
         labels = _loads(p.label_selector)
         fallback = _loads(p.fallback_strategy)
-        call_site = p.call_site
+        call_site = f["call_site"]
         return (
             self._intern(task_type),
-            self._intern(str(p.language or "")),
+            self._intern(str(f["language"] or "")),
             self._intern(func_name(_loads(func))),
             self._frag(resources) if isinstance(resources, dict) else b"{}",
             ids(actor) if actor else "",
-            ids(p.parent_task_id),
-            ids(p.placement_group_id),
-            self._env(p.serialized_runtime_env),
+            ids(f["parent_task_id"]),
+            ids(f["placement_group_id"]),
+            self._env(f["serialized_runtime_env"]),
             str(call_site) if call_site else None,
             self._frag(labels) if isinstance(labels, dict) else b"{}",
             self._frag(snake_keys(fallback)) if isinstance(fallback, dict) and fallback else _NO_FALLBACK,
-            ids(p.job_id),
+            ids(f["job_id"]),
         )
 
     # -------------------------------------------------------------- results
