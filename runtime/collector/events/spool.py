@@ -7,9 +7,10 @@ Layout under ``{root}/{cluster_key}/``::
     {session}/{node|_unknown}/job_events/{job}/{opened_ns}.jsonl.gz  compressed, waiting
 
 Each batch is appended with one ``write`` per file and ``fdatasync``-ed before the
-caller answers 200. Files rotate by size (checked on every write), by age and at
-shutdown. At most ``max_open_files`` of them hold a descriptor: a sender naming
-thousands of sessions used to exhaust the process's descriptors and fail every
+caller answers 200; a file's directory (and any it made) is fsynced when the file is
+made, so that its name survives a power loss as well as its data. Files rotate by
+size (checked on every write), by age and at shutdown. At most ``max_open_files`` of
+them hold a descriptor: a sender naming thousands of sessions used to exhaust the process's descriptors and fail every
 later batch (#14), so the least recently written file is closed (synced first if
 this batch wrote to it) and reopened in append mode on its next write. After a
 crash, ``resume`` finalises active files (open or closed by the cap alike),
@@ -161,6 +162,9 @@ class Spool:
         # The spool mirrors the stored layout, so its paths are built and read by
         # the same rules as the keys (runtime.storage.session_keys).
         directory = self.dir.joinpath(target.session, target.node or UNKNOWN_NODE, *event_dir_parts(target.job))
+        existing = directory
+        while not existing.is_dir() and existing != existing.parent:
+            existing = existing.parent
         directory.mkdir(parents=True, exist_ok=True)
         opened_ns = self._clock_ns()
         path = directory / f"{opened_ns}{ACTIVE_SUFFIX}"
@@ -172,6 +176,8 @@ class Spool:
         self._active[target] = active
         self._open_fds[target] = active
         self._account(0, 1)
+        if self.fsync:
+            _sync_dirs(directory, existing)
         return active
 
     def _fd(self, active: _Active) -> int:
@@ -307,3 +313,18 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+def _sync_dirs(directory: Path, existing: Path) -> None:
+    """fsync ``directory`` and each parent up to ``existing``, the deepest one that was
+    there before: fdatasync makes a new file's data durable but not its name, so
+    after a power loss an acknowledged batch could be in a file no directory names."""
+    while True:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if directory in (existing, directory.parent):
+            return
+        directory = directory.parent

@@ -89,6 +89,7 @@ def test_a_file_closed_by_the_cap_was_synced_before_the_batch_was_acknowledged(
         real_close(fd)
 
     monkeypatch.setattr("runtime.collector.events.spool.os.fdatasync", sync)
+    monkeypatch.setattr("runtime.collector.events.spool.os.fsync", sync)  # new files' directories
     monkeypatch.setattr("runtime.collector.events.spool.os.close", close)
     targets = [SpoolTarget(S, NODE, f"{j:08x}") for j in range(5)]
     assert spool.write({t: [b'{"n":1}'] for t in targets}) == 5

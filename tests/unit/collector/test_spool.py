@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,50 @@ def test_write_failure_rotates_the_wedged_file(tmp_path: Path, monkeypatch: pyte
     spool.write({target: [b'{"next":1}']})  # a fresh file
     spool.rotate_all()
     assert ready[1].path.read_bytes() == b'{"next":1}\n'
+
+
+def _synced_dirs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The directories fsynced from now on (by the path their descriptor names)."""
+    synced: list[Path] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if path.is_dir():
+            synced.append(path)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
+def test_a_new_file_and_the_directories_made_for_it_are_durable_before_the_ack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fdatasync makes a file's data durable, not its name (fsync(2): "Calling fsync() does
+    not necessarily ensure that the entry in the directory containing the file has also
+    reached disk. For that an explicit fsync() on a file descriptor for the directory is
+    also needed."). A batch acknowledged into a new file must survive a power loss."""
+    spool, _ready = make(tmp_path)
+    (tmp_path / "spool" / "c_ns").mkdir(parents=True)
+    synced = _synced_dirs(monkeypatch)
+    spool.write({SpoolTarget(S, NODE, "02000000"): [b"{}"]})
+    job_dir = tmp_path / "spool" / "c_ns" / S / NODE / "job_events" / "02000000"
+    # Every directory made for the file, and the one that already held the first of them.
+    assert synced == [job_dir, *list(job_dir.parents)[:3], tmp_path / "spool" / "c_ns"]
+    # The next file of the same job, after a rotation: only its own directory is new to sync.
+    spool.rotate_all()
+    synced.clear()
+    spool.write({SpoolTarget(S, NODE, "02000000"): [b"{}"]})
+    assert synced == [job_dir]
+    # Appending to an existing file syncs no directory.
+    synced.clear()
+    spool.write({SpoolTarget(S, NODE, "02000000"): [b"{}"]})
+    assert synced == []
+
+
+def test_without_fsync_no_directory_is_synced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spool, _ready = make(tmp_path, fsync=False)
+    synced = _synced_dirs(monkeypatch)
+    spool.write({SpoolTarget(S, NODE, None): [b"{}"]})
+    assert synced == []
