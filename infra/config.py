@@ -23,6 +23,7 @@ from infra.config_checks import (
     check_image_pull,
     check_image_repository,
     check_index_container,
+    check_machine_architecture,
     check_namespaces,
 )
 from infra.config_metrics import check_metrics
@@ -368,6 +369,7 @@ def parse_config(raw: Mapping[str, object]) -> StackConfig:
     root.reject_unknown()
     check_cluster_source(config)
     check_cluster_name(config)
+    check_machine_architecture(config)
     check_namespaces(config)
     resolve_ingress(config.access, config.cloud)
     check_front_door_sources(config)

@@ -4,6 +4,8 @@ namespaces, and how nodes pull the images."""
 
 from __future__ import annotations
 
+import re
+
 from infra.config_model import StackConfig
 from infra.config_values import ConfigError, _key
 from ray_history_pulumi.azure_storage import MAX_FEDERATED_CREDENTIALS, credentials_per_identity
@@ -85,6 +87,38 @@ def check_cluster_name(config: StackConfig) -> None:
         raise ConfigError(f"{_key('cluster.name')} is {len(name)} characters: {why} (got {name!r})")
     if config.cloud == "gcp" and not name[0].isalpha():
         raise ConfigError(f"{_key('cluster.name')} must start with a letter on GKE (got {name!r})")
+
+
+#: Arm machine types, by each cloud's naming rules:
+#: EC2: a "g" after the generation (m7g, c6gn, x2gd; a1 is the first Graviton), see
+#: https://docs.aws.amazon.com/ec2/latest/instancetypes/instance-type-names.html;
+#: Compute Engine: the T2A, C4A, N4A and A4X series, see
+#: https://cloud.google.com/compute/docs/instances/arm-on-compute;
+#: Azure: a "p" among the features after the vCPU count (D4ps_v5, B2pts_v2), see
+#: https://learn.microsoft.com/azure/virtual-machines/vm-naming-conventions.
+ARM_MACHINE_TYPES = {
+    "aws": re.compile(r"(a1|[a-z]+\d+g[a-z-]*)\..+"),
+    "gcp": re.compile(r"(t2a|c4a|n4a|a4x)-.+"),
+    "azure": re.compile(r"Standard_[A-Z]+\d+(-\d+)?[a-z]*p[a-z]*(_.+)?", re.IGNORECASE),
+}
+
+
+def check_machine_architecture(config: StackConfig) -> None:
+    """Nodes the stack creates can run the images it builds, which are linux/amd64 only
+    (``infra/platform.py``). An Arm machine type fails at ``pulumi up`` or after it: EKS
+    refuses a Graviton node group with the default x86 AMI type, GKE taints Arm nodes
+    ``kubernetes.io/arch=arm64:NoSchedule`` (no pod of the stack tolerates it) and AKS
+    gives Arm sizes an arm64 node image, where amd64 images cannot start."""
+    pattern = ARM_MACHINE_TYPES.get(config.cloud)
+    machine_type = config.cluster.machine_type
+    if not (config.create_cluster and config.images.build and pattern and machine_type):
+        return
+    if pattern.fullmatch(machine_type):
+        raise ConfigError(
+            f"{_key('cluster.machineType')} {machine_type!r} is an Arm machine type: the stack builds its images "
+            "for linux/amd64 only; choose an x86 machine type (or build multi-arch images yourself and set "
+            f"{_key('images.build')} to false)"
+        )
 
 
 def check_namespaces(config: StackConfig) -> None:

@@ -20,6 +20,7 @@ class ClusterSettings:
         node_count: nodes in the default pool (GKE regional pools: the total, see max_node_count).
         max_node_count: GKE regional pools autoscale between node_count and this total; 0 = max(node_count, 3).
         machine_type: GCE machine type / EC2 instance type / Azure VM size; empty = the component's default.
+            x86 only while images.build is true (the images are built for linux/amd64).
         kubernetes_version: empty = the cloud's default version.
     """
 

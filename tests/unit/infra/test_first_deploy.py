@@ -324,3 +324,41 @@ def test_stack_scoped_names_and_configured_cluster_wide_names() -> None:
     assert mocks.one("kubernetes:helm.sh/v3:Release").inputs["name"] == "kuberay-team-b"
     repository = mocks.one("gcp:artifactregistry/repository:Repository").inputs
     assert repository["repositoryId"] == "ray-history-test"  # the mocks' stack is "test"
+
+
+@pytest.mark.parametrize(
+    ("stack", "arm", "x86"),
+    [
+        ("eks", "m7g.large", "c6i.large"),
+        ("gke", "c4a-standard-4", "n2-standard-4"),
+        ("aks", "Standard_D4ps_v5", "Standard_D4as_v5"),
+    ],
+)
+def test_a_created_cluster_on_arm_machines_is_refused_while_the_images_are_amd64(
+    stack: str, arm: str, x86: str
+) -> None:
+    """The stack builds its images for linux/amd64 only, so the nodes it creates must be x86.
+    On Arm each cloud fails differently: EKS refuses a Graviton node group with its default
+    x86 AMI type (amiType, https://docs.aws.amazon.com/eks/latest/APIReference/API_Nodegroup.html;
+    Graviton names: https://docs.aws.amazon.com/ec2/latest/instancetypes/instance-type-names.html),
+    GKE taints Arm nodes ``kubernetes.io/arch=arm64:NoSchedule`` so no pod of the stack is
+    scheduled (https://cloud.google.com/kubernetes-engine/docs/concepts/arm-on-gke), and AKS
+    gives Arm sizes an arm64 node image where amd64 images cannot start
+    (https://learn.microsoft.com/azure/virtual-machines/vm-naming-conventions: "p" is Arm).
+    The mocks accept any machine type, so the check runs before anything is created."""
+    from infra.config import ConfigError
+
+    values = created_cluster_values(stack)
+    values["cluster"] = {**values.get("cluster", {}), "machineType": arm}
+    with pytest.raises(ConfigError, match=r"ray-history-server:cluster\.machineType .* Arm machine type"):
+        deploy_with(values)
+    values["cluster"]["machineType"] = x86
+    deploy_with(values)  # an x86 type deploys
+    values["cluster"]["machineType"] = arm
+    values["images"] = {
+        **values.get("images", {}),
+        "build": False,
+        "collector": "registry.example.com/ray-history-collector:0.1.0",
+        "server": "registry.example.com/ray-history-server:0.1.0",
+    }
+    deploy_with(values)  # the user's own images may be multi-arch
