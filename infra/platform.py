@@ -25,6 +25,9 @@ LOG = logging.getLogger(__name__)
 
 #: MinIO gets its own namespace: the history server's enforces the "restricted" Pod Security Standard.
 MINIO_NAMESPACE = "ray-history-minio"
+#: The node label the kubelet sets to its architecture (amd64, arm64):
+#: https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetes-io-arch
+ARCH_LABEL = "kubernetes.io/arch"
 
 
 @dataclass
@@ -65,10 +68,13 @@ class Cluster:
 
 @dataclass
 class Images:
-    """Image references the Deployment and the collectorOptions block use."""
+    """Image references the Deployment and the collectorOptions block use, and
+    ``node_selector``: where pods running them can start (the architecture the stack built
+    them for; empty for the user's own images and for kind's, built for the local one)."""
 
     collector: pulumi.Input[str]
     server: pulumi.Input[str]
+    node_selector: dict[str, str] = field(default_factory=dict)
 
 
 def cluster_for(config: StackConfig, on_cloud: pulumi.ResourceOptions) -> Cluster:
@@ -404,7 +410,10 @@ def build_images(
     images = HistoryImages(
         "images", args, opts=pulumi.ResourceOptions(providers=providers, depends_on=list(depends_on))
     )
-    return Images(collector=images.collector_image, server=images.server_image), [images]
+    # An existing cluster may mix architectures (Graviton, T2A/C4A or Arm pools beside x86
+    # ones): single-architecture images must not land on the other kind of node.
+    selector = {ARCH_LABEL: platforms[0].split("/")[1]} if len(platforms) == 1 else {}
+    return Images(collector=images.collector_image, server=images.server_image, node_selector=selector), [images]
 
 
 def front_door_cidrs(

@@ -225,6 +225,7 @@ def deploy(config: StackConfig | None = None) -> Deployment:
             cluster_role_annotations=cluster_role_annotations(config, cluster.kubeconfig),
             metrics_env=metrics.server_env if metrics else {},
             front_door_cidrs=front_door_cidrs(config, cluster, cloud),
+            node_selector=images.node_selector,
         ),
         opts=on_k8s,
     )
@@ -242,6 +243,7 @@ def deploy(config: StackConfig | None = None) -> Deployment:
                 cluster_role_name=f"{config.history_server.cluster_role_name}-gc",
                 image_pull_policy=config.images.pull_policy,
                 image_ready=image_builds,
+                node_selector=images.node_selector,
             ),
             # The server component makes the namespace.
             opts=pulumi.ResourceOptions.merge(on_k8s, pulumi.ResourceOptions(depends_on=[history_server])),

@@ -228,6 +228,7 @@ class HistoryServerK8s(pulumi.ComponentResource):
             "automount_service_account_token": True,  # RayCluster discovery uses the API
             "termination_grace_period_seconds": 30,  # gunicorn's graceful timeout is 25 s
             "security_context": restricted_pod_security(),
+            **({"node_selector": dict(args.node_selector)} if args.node_selector else {}),
             "containers": [
                 {
                     "name": "historyserver",

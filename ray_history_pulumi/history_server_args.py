@@ -95,6 +95,8 @@ class HistoryServerArgs:
         front_door_cidrs: where the front door's traffic comes from besides what its flavour
             knows (an ALB sending to pod IPs: the VPC's CIDR blocks), admitted by the
             NetworkPolicy of ``access.ingress_from``; None = nothing more.
+        node_selector: the pods' ``nodeSelector`` (e.g. ``kubernetes.io/arch: amd64`` for a
+            single-architecture image); empty = none.
     """
 
     image: pulumi.Input[str]
@@ -116,6 +118,7 @@ class HistoryServerArgs:
     shared_index: str | None = None
     metrics_env: dict[str, pulumi.Input[str]] = field(default_factory=dict)
     front_door_cidrs: pulumi.Input[Sequence[str]] | None = None
+    node_selector: dict[str, str] = field(default_factory=dict)
 
     def validate(self) -> None:
         if isinstance(self.image, str) and not self.image.strip():

@@ -122,6 +122,7 @@ class SessionRetentionArgs:
         resources: requests and limits of the gc container.
         image_pull_policy: Kubernetes pull policy.
         image_ready: what must exist before nodes can pull ``image``.
+        node_selector: the job pods' ``nodeSelector`` (as the server's); empty = none.
     """
 
     image: pulumi.Input[str]
@@ -134,6 +135,7 @@ class SessionRetentionArgs:
     resources: dict[str, dict[str, str]] = field(default_factory=lambda: DEFAULT_GC_RESOURCES)
     image_pull_policy: str = "IfNotPresent"
     image_ready: list[pulumi.Resource] = field(default_factory=list)
+    node_selector: dict[str, str] = field(default_factory=dict)
 
     def validate(self) -> None:
         if isinstance(self.image, str) and not self.image.strip():
@@ -282,6 +284,7 @@ def _pod_spec(args: SessionRetentionArgs, env: pulumi.Output[list[dict[str, Any]
         "automount_service_account_token": True,  # --live-check kubernetes lists RayClusters
         "restart_policy": "Never",  # the Job's backoff_limit retries, in a fresh pod
         "security_context": restricted_pod_security(),
+        **({"node_selector": dict(args.node_selector)} if args.node_selector else {}),
         "containers": [
             {
                 "name": "gc",

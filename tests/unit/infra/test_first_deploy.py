@@ -362,3 +362,33 @@ def test_a_created_cluster_on_arm_machines_is_refused_while_the_images_are_amd64
         "server": "registry.example.com/ray-history-server:0.1.0",
     }
     deploy_with(values)  # the user's own images may be multi-arch
+
+
+def _pod_specs(mocks: RecordingMocks) -> dict[str, dict[str, Any]]:
+    deployment = _deployment(mocks).inputs["spec"]["template"]["spec"]
+    cron = mocks.one("kubernetes:batch/v1:CronJob").inputs["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    return {"server": deployment, "gc": cron}
+
+
+@pytest.mark.parametrize("stack", ["gke", "eks", "aks"])
+def test_pods_of_the_built_amd64_images_stay_off_arm_nodes(stack: str) -> None:
+    """An existing cluster may mix architectures (EKS Graviton node groups, GKE Arm node pools,
+    AKS Arm node pools beside x86 ones), and the images the stack builds are linux/amd64 only:
+    a pod the scheduler puts on an arm64 node never starts ("exec format error"). Pods of
+    those images select ``kubernetes.io/arch: amd64``, the label every kubelet sets
+    (https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetes-io-arch).
+    The user's own images (``images.build: false``) may be multi-arch: no selector."""
+    values = _existing(stack)
+    values["retention"] = {"days": 30}
+    mocks, _ = deploy_with(values)
+    for name, spec in _pod_specs(mocks).items():
+        assert spec.get("nodeSelector") == {"kubernetes.io/arch": "amd64"}, name
+    values["images"] = {
+        **values.get("images", {}),
+        "build": False,
+        "collector": "registry.example.com/ray-history-collector:0.1.0",
+        "server": "registry.example.com/ray-history-server:0.1.0",
+    }
+    mocks, _ = deploy_with(values)
+    for name, spec in _pod_specs(mocks).items():
+        assert "nodeSelector" not in spec, name
