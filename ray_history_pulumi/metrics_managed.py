@@ -272,13 +272,38 @@ def _amp(
     )
     entry = aws.eks.AccessEntry(
         f"{name}-scraper-access",
-        cluster_name=args.eks_cluster_name,
+        cluster_name=pulumi.Output.all(args.eks_cluster_name, cluster.access_configs).apply(
+            lambda found: _accepting_access_entries(found[0], found[1])
+        ),
         principal_arn=scraper.role_arn.apply(role_arn_without_path),
         user_name=AMP_COLLECTOR_USER,
         type="STANDARD",
         opts=on_cloud,
     )
     return [workspace, scraper, role, binding, entry]
+
+
+#: The EKS authentication modes under which the cluster accepts access entries.
+ACCESS_ENTRY_MODES = ("API", "API_AND_CONFIG_MAP")
+
+
+def _accepting_access_entries(cluster_name: str, access_configs: Sequence[Any] | None) -> str:
+    """``cluster_name``, once its authentication mode is known to accept access entries: with
+    ``CONFIG_MAP`` (the default of clusters created through the EKS API) EKS refuses to make
+    the scraper's entry, after the workspace and scraper exist. Raise before, saying what to do
+    (https://docs.aws.amazon.com/eks/latest/userguide/grant-k8s-access.html#set-cam)."""
+    modes = [
+        c.get("authentication_mode") if isinstance(c, dict) else getattr(c, "authentication_mode", None)
+        for c in access_configs or []
+    ]
+    if not any(mode in ACCESS_ENTRY_MODES for mode in modes):
+        raise ValueError(
+            f"EKS cluster {cluster_name!r} has authentication mode {modes[0] if modes else 'unknown'!s}: "
+            "the managed-Prometheus scraper is given access through an access entry, which needs API or "
+            f"API_AND_CONFIG_MAP (aws eks update-cluster-config --name {cluster_name} "
+            "--access-config authenticationMode=API_AND_CONFIG_MAP)"
+        )
+    return cluster_name
 
 
 #: AKS: the CRD the metrics add-on installs and the PodMonitor needs.

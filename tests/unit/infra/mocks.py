@@ -233,6 +233,7 @@ def _default_calls() -> dict[str, Callable[[State], State]]:
                 "clusterSecurityGroupId": "sg-cluster",
                 "vpcId": "vpc-mock",
             },
+            "accessConfigs": [{"authenticationMode": "API_AND_CONFIG_MAP"}],
         },
         "aws:ec2/getVpc:getVpc": lambda a: {
             "id": a.get("id", "vpc-mock"),

@@ -166,3 +166,25 @@ def test_managed_without_urls_deploys_the_query_proxy_and_grafana(
     assert env["PROMETHEUS_URL"].startswith(url_prefix)
     assert env["GRAFANA_URL"] == "http://ray-metrics-grafana.ray-metrics.svc.cluster.local:80"
     assert outputs["metrics"]["PROMETHEUS_URL"] == env["PROMETHEUS_URL"]
+
+
+def test_managed_metrics_on_an_eks_cluster_without_access_entries_stop_before_the_entry() -> None:
+    """The scraper reads the cluster as the user an access entry maps its role to, and EKS
+    makes access entries only on clusters whose authentication mode includes the API
+    (https://docs.aws.amazon.com/eks/latest/userguide/grant-k8s-access.html#set-cam); a cluster
+    created through the EKS API or CloudFormation defaults to ``CONFIG_MAP``
+    (https://docs.aws.amazon.com/eks/latest/APIReference/API_CreateAccessConfigRequest.html).
+    The mocks make any entry, so the program must check the existing cluster's mode itself
+    and say how to change it."""
+    from tests.unit.infra.mocks import _default_calls
+
+    lookup = _default_calls()["aws:eks/getCluster:getCluster"]
+
+    def config_map_only(args: dict[str, Any]) -> dict[str, Any]:
+        return {**lookup(args), "accessConfigs": [{"authenticationMode": "CONFIG_MAP"}]}
+
+    values = _with_metrics("eks", {"mode": "managed", **MANAGED_URLS})
+    with pytest.raises(Exception, match=r"authentication mode CONFIG_MAP.*update-cluster-config"):
+        deploy_with(values, {"aws:eks/getCluster:getCluster": config_map_only})
+    mocks, _ = deploy_with(values)  # the mocks' cluster: API_AND_CONFIG_MAP
+    assert mocks.of_type("aws:eks/accessEntry:AccessEntry")

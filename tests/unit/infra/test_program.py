@@ -9,7 +9,7 @@ and the wiring between them.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ import pytest
 from infra.config import NAMESPACE
 from infra.program import deploy
 from ray_history_pulumi.kuberay import HISTORY_SERVER_GATE
-from tests.unit.infra.mocks import AKS_ISSUER, FAKE_KUBECONFIG, RecordedResource, RecordingMocks
+from tests.unit.infra.mocks import AKS_ISSUER, FAKE_KUBECONFIG, RecordedResource, RecordingMocks, State
 from tests.unit.infra.test_config import stack_values
 
 STACKS = ("gke", "eks", "aks", "kind")
@@ -112,9 +112,12 @@ def run_stack(stack: str) -> StackRun:
     return StackRun(stack, values, mocks, outputs, secret == [True])
 
 
-def deploy_with(values: dict[str, Any]) -> tuple[RecordingMocks, dict[str, Any]]:
-    """Run the program on these stack values under fresh mocks; the mocks and the stack's outputs."""
-    mocks = RecordingMocks.install()
+def deploy_with(
+    values: dict[str, Any], extra_calls: dict[str, Callable[[State], State]] | None = None
+) -> tuple[RecordingMocks, dict[str, Any]]:
+    """Run the program on these stack values under fresh mocks (``extra_calls``: invoke answers
+    that replace the defaults); the mocks and the stack's outputs."""
+    mocks = RecordingMocks.install(extra_calls)
     pulumi.runtime.set_all_config(engine_config(values))
     outputs: dict[str, Any] = {}
 

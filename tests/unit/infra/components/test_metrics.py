@@ -32,6 +32,7 @@ def _get_cluster(args: dict[str, Any]) -> dict[str, Any]:
         "name": args["name"],
         "arn": EKS_ARN,
         "vpcConfig": {"subnetIds": ["subnet-a", "subnet-b"], "clusterSecurityGroupId": "sg-cluster"},
+        "accessConfigs": [{"authenticationMode": "API"}],  # access entries allowed
     }
 
 
