@@ -10,12 +10,12 @@ Each batch is appended with one ``write`` per file and ``fdatasync``-ed before t
 caller answers 200; a file's directory (and any it made) is fsynced when the file is
 made, so that its name survives a power loss as well as its data. Files rotate by
 size (checked on every write), by age and at shutdown. At most ``max_open_files`` of
-them hold a descriptor: a sender naming thousands of sessions used to exhaust the process's descriptors and fail every
-later batch (#14), so the least recently written file is closed (synced first if
-this batch wrote to it) and reopened in append mode on its next write. After a
-crash, ``resume`` finalises active files (open or closed by the cap alike),
-cutting a torn last line: a line without its newline belongs to a batch that was
-never acknowledged.
+them hold a descriptor: a sender naming thousands of sessions used to exhaust the
+process's descriptors and fail every later batch (#14), so the least recently written
+file is closed (synced first if this batch wrote to it) and reopened in append mode
+on its next write. After a crash, ``resume`` finalises active files (open or closed
+by the cap alike), cutting a torn last line: a line without its newline belongs to a
+batch that was never acknowledged.
 
 This module holds the active files; the rotated ones (their names, gzip, recovery)
 are :mod:`runtime.collector.events.spool_files`.
