@@ -292,10 +292,8 @@ def _accepting_access_entries(cluster_name: str, access_configs: Sequence[Any] |
     ``CONFIG_MAP`` (the default of clusters created through the EKS API) EKS refuses to make
     the scraper's entry, after the workspace and scraper exist. Raise before, saying what to do
     (https://docs.aws.amazon.com/eks/latest/userguide/grant-k8s-access.html#set-cam)."""
-    modes = [
-        c.get("authentication_mode") if isinstance(c, dict) else getattr(c, "authentication_mode", None)
-        for c in access_configs or []
-    ]
+    # Invoke results are dicts keyed by Python names (output types subclass dict).
+    modes = [c.get("authentication_mode") for c in access_configs or [] if isinstance(c, dict)]
     if not any(mode in ACCESS_ENTRY_MODES for mode in modes):
         raise ValueError(
             f"EKS cluster {cluster_name!r} has authentication mode {modes[0] if modes else 'unknown'!s}: "
