@@ -65,7 +65,7 @@ def bucket_access_policy(
     kms_key_arn: str | None = None,
     index_write: bool = False,
     deny_index_write: bool = False,
-    write_prefixes: Sequence[str] | None = None,
+    own_prefixes: Sequence[str] | None = None,
 ) -> str:
     """Least-privilege S3 policy on one bucket's history prefix: read-only for the server,
     read/write for writers; with SSE-KMS, the key operations those S3 calls need.
@@ -78,43 +78,42 @@ def bucket_access_policy(
     it (https://docs.aws.amazon.com/AmazonS3/latest/userguide/example-policies-s3.html).
     ``deny_index_write`` (the collectors' writer role) adds an explicit ``Deny`` of
     :data:`INDEX_DENY_ACTIONS` on ``root_dir/history-index/*``: an explicit deny overrides
-    the allow on ``root_dir/*`` (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_evaluation-logic.html),
+    any allow (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_evaluation-logic.html),
     so a collector credential cannot plant, replace or delete a shared index.
-    ``write_prefixes`` (a collector namespace's role: its own namespace's key prefixes and the
-    storage check's probe prefix) keeps reads on ``root_dir/*`` but allows the writer's
-    create, replace and delete actions only on ``bucket/PREFIX*`` for each prefix, so one
-    team's collector credential cannot change another team's history.
+    ``own_prefixes`` (a collector namespace's role: its own namespace's key prefixes and the
+    storage check's probe prefix) narrows a writer to those keys for everything: it reads,
+    writes and deletes only ``bucket/PREFIX*`` and lists only with an ``s3:prefix`` matching
+    ``PREFIX*``, so one team's collector credential (which any job in its Ray pods holds)
+    can neither read nor change another team's history.
     """
     root = root_dir.strip("/")
-    object_arn = f"{bucket_arn}/{root}/*" if root else f"{bucket_arn}/*"
+    scoped = write and own_prefixes is not None
+    if own_prefixes is not None and (
+        not scoped
+        or not own_prefixes
+        or any(not p or not p.startswith(f"{root}/" if root else "") for p in own_prefixes)
+    ):
+        raise ValueError(f"own_prefixes={list(own_prefixes)!r}: a writer's key prefixes, one or more under {root!r}")
     list_statement: dict[str, Any] = {
         "Sid": "ListHistoryBucket",
         "Effect": "Allow",
         "Action": WRITER_BUCKET_ACTIONS if write else SERVER_BUCKET_ACTIONS,
         "Resource": bucket_arn,
     }
-    if root:
+    objects: dict[str, Any] = {
+        "Sid": "WriteHistoryObjects" if write else "ReadHistoryObjects",
+        "Effect": "Allow",
+        "Action": WRITER_OBJECT_ACTIONS if write else SERVER_OBJECT_ACTIONS,
+        "Resource": f"{bucket_arn}/{root}/*" if root else f"{bucket_arn}/*",
+    }
+    if scoped and own_prefixes is not None:
+        # "If the key ... is not present in the request context ... the condition is
+        # false": a listing without a prefix (HeadBucket too) is denied.
+        list_statement["Condition"] = {"StringLike": {"s3:prefix": [f"{prefix}*" for prefix in own_prefixes]}}
+        objects.update(Sid="OwnNamespaceObjects", Resource=[f"{bucket_arn}/{prefix}*" for prefix in own_prefixes])
+    elif root:
         list_statement["Condition"] = {"StringLike": {"s3:prefix": [f"{root}/", f"{root}/*"]}}
-    statements: list[dict[str, Any]] = [
-        list_statement,
-        {
-            "Sid": "WriteHistoryObjects" if write and write_prefixes is None else "ReadHistoryObjects",
-            "Effect": "Allow",
-            "Action": WRITER_OBJECT_ACTIONS if write and write_prefixes is None else SERVER_OBJECT_ACTIONS,
-            "Resource": object_arn,
-        },
-    ]
-    if write and write_prefixes is not None:
-        if not write_prefixes or any(not p or not p.startswith(f"{root}/" if root else "") for p in write_prefixes):
-            raise ValueError(f"write_prefixes={list(write_prefixes)!r}: one or more key prefixes under {root!r}")
-        statements.append(
-            {
-                "Sid": "WriteOwnNamespaceObjects",
-                "Effect": "Allow",
-                "Action": [a for a in WRITER_OBJECT_ACTIONS if a not in SERVER_OBJECT_ACTIONS],
-                "Resource": [f"{bucket_arn}/{prefix}*" for prefix in write_prefixes],
-            }
-        )
+    statements: list[dict[str, Any]] = [list_statement, objects]
     if index_write:
         statements.append(
             {

@@ -3,8 +3,8 @@
 The bucket enforces bucket-owner object ownership (ACLs off), blocks every kind of public
 access, encrypts at rest (SSE-S3, or SSE-KMS with a given key) and optionally expires old
 history. IAM roles with least-privilege inline policies: a role per collector namespace
-(reads under the root; writes, deletes and multipart uploads only under its own namespace's
-keys and the storage check's probe prefix, with an explicit ``Deny`` of writes and deletes on
+(reads, lists, writes, deletes and multipart uploads only under its own namespace's keys and
+the storage check's probe prefix, with an explicit ``Deny`` of writes and deletes on
 ``ROOT/history-index/*`` besides), index maintainers (the retention job, which deletes
 sessions with their shared indexes: a role of its own, writing anywhere under the root) and
 the server (``s3:GetObject`` + ``s3:ListBucket``; with ``shared_index="write"`` also
@@ -179,8 +179,8 @@ class S3HistoryStorage(pulumi.ComponentResource):
 
     Attributes:
         bucket: the ``aws.s3.Bucket``; ``bucket_name`` its name.
-        writer_roles: the collectors' ``aws.iam.Role`` by namespace: each reads the whole root
-            but writes and deletes only its own namespace's keys (and the storage check's probes).
+        writer_roles: the collectors' ``aws.iam.Role`` by namespace: each reads, lists, writes
+            and deletes only its own namespace's keys (and the storage check's probes).
         maintainer_role / server_role: the index maintainers' (None without such writers) and
             the server's ``aws.iam.Role``.
         wiring: what the Kubernetes components need (:class:`StorageWiring`).
@@ -338,11 +338,11 @@ class S3HistoryStorage(pulumi.ComponentResource):
         role_name = f"{name}-{kind}-{namespace}" if namespace else f"{name}-{kind}"
         # A shortened name keeps its namespace readable when that fits beside the hash.
         keep = role_name.removeprefix(name) if len(role_name) - len(name) <= _KEEP_MAX else ""
-        write_prefixes = None
+        own_prefixes = None
         description = f"Ray history {kind}: {'read/write' if write else 'read-only'} access to one S3 bucket"
         if namespace:
-            write_prefixes = [*namespace_prefixes(args.root_dir, namespace), probe_prefix(args.root_dir)]
-            description = f"Ray history {kind} for namespace {namespace}: reads one S3 bucket, writes its keys only"
+            own_prefixes = [*namespace_prefixes(args.root_dir, namespace), probe_prefix(args.root_dir)]
+            description = f"Ray history {kind} for namespace {namespace}: reads and writes its keys in one S3 bucket"
         if args.identity_mode == "irsa":
             trust: pulumi.Input[str] = pulumi.Output.all(args.oidc_provider_arn, args.oidc_issuer_url).apply(
                 lambda a: irsa_trust_policy(str(a[0]), str(a[1]), accounts)
@@ -369,7 +369,7 @@ class S3HistoryStorage(pulumi.ComponentResource):
                     kms_key_arn=a[1],
                     index_write=not write and args.shared_index == "write",
                     deny_index_write=kind == "writer",
-                    write_prefixes=write_prefixes,
+                    own_prefixes=own_prefixes,
                 )
             ),
             opts=child,

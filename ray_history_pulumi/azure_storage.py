@@ -14,9 +14,9 @@ Writers listed in ``index_maintainers`` (the retention job) get an identity of t
 Contributor on both containers; the collectors' identities never reach the index container
 (``role_scope="account"``, which would, is refused while there are collectors and an index
 container). Each collector namespace gets an identity of its own, Contributor under an Azure
-ABAC condition (:func:`~ray_history_pulumi.azure_conditions.namespace_write_condition`): it
-reads and lists the whole container but writes, creates, deletes and renames only its own
-namespace's keys (and the self-check probes), as the collectors' IAM condition does on GCS.
+ABAC condition (:func:`~ray_history_pulumi.azure_conditions.namespace_condition`): it
+reads, lists, writes, creates, deletes and renames only its own namespace's keys (and the
+self-check probes), so no team's credential reads another team's logs.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Literal
 import pulumi
 import pulumi_azure_native as azure
 
-from ray_history_pulumi.azure_conditions import CONDITION_VERSION, namespace_write_condition
+from ray_history_pulumi.azure_conditions import CONDITION_VERSION, namespace_condition
 from ray_history_pulumi.contracts import (
     SERVER_SERVICE_ACCOUNT,
     IdentityWiring,
@@ -296,11 +296,11 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
         maintainer_keys = {writer_key(sa) for sa in args.index_maintainers}
         collectors = [sa for sa in args.writers if writer_key(sa) not in maintainer_keys]
         maintainers = [sa for sa in args.writers if writer_key(sa) in maintainer_keys]
-        # One identity per collector namespace: its Contributor assignment writes only that
-        # namespace's keys (an ABAC condition), so no team's credential reaches another's history.
+        # One identity per collector namespace: its Contributor assignment reads and writes only
+        # that namespace's keys (an ABAC condition), so no team's credential reaches another's history.
         self.writer_identities: dict[str, azure.managedidentity.UserAssignedIdentity] = {}
         for namespace in dict.fromkeys(sa.namespace for sa in collectors):
-            condition = namespace_write_condition(args.root_dir, namespace, args.container_name)
+            condition = namespace_condition(args.root_dir, namespace, args.container_name)
             self.writer_identities[namespace] = self._identity(
                 writer_identity_resource_name(name, namespace),
                 kind="writer",

@@ -1,17 +1,19 @@
 """GCS bucket for Ray history + Workload Identity Federation grants (GKE).
 
 The bucket has uniform bucket-level access and enforced public access prevention. Each
-Kubernetes service account gets direct ``principal://`` grants on the bucket (no Google
-service account, no annotation). A collector (a writer) reads the bucket with
-``roles/storage.objectViewer`` and writes with ``roles/storage.objectUser`` under an IAM
-condition naming its own namespace's keys only (``ROOT/cluster-history/KIND/NS/`` and
-``ROOT/cluster-metadata/KIND/NS_``): never another namespace's sessions, never the shared
-indexes under ``ROOT/history-index/``. An index maintainer (the retention job, which deletes
-whole sessions and their indexes) gets ``roles/storage.objectUser`` unconditionally. The history
-server gets ``roles/storage.objectViewer``; with ``shared_index="write"`` also
-``roles/storage.objectUser`` under an IAM condition on the object name: only keys under
-``ROOT/history-index/`` (creating and overwriting an object needs ``storage.objects.create``
-and ``.delete``, both in that role).
+Kubernetes service account gets direct ``principal://`` grants on the bucket (no Google service
+account, no annotation). A collector (a writer) reads and writes with
+``roles/storage.objectUser`` under an IAM condition naming its own namespace's keys only
+(``ROOT/cluster-history/KIND/NS/`` and ``ROOT/cluster-metadata/KIND/NS_``): never another
+namespace's sessions or logs, never the shared indexes under ``ROOT/history-index/``. It lists
+with ``roles/storage.objectViewer`` under a condition naming the bucket itself, which object
+listings are checked against: it sees object names, never another namespace's contents (IAM
+conditions cannot limit a listing to a prefix; only Credential Access Boundaries can). An index
+maintainer (the retention job, which deletes whole sessions and their indexes) gets
+``roles/storage.objectUser`` unconditionally. The history server gets
+``roles/storage.objectViewer``; with ``shared_index="write"`` also ``roles/storage.objectUser``
+under an IAM condition on the object name: only keys under ``ROOT/history-index/`` (creating and
+overwriting an object needs ``storage.objects.create`` and ``.delete``, both in that role).
 """
 
 from __future__ import annotations
@@ -47,9 +49,10 @@ from ray_history_pulumi.storage_common import (
 
 #: A writer's role: unconditional for index maintainers, limited to its namespace for collectors.
 WRITER_ROLE = "roles/storage.objectUser"
-#: A collector's unconditional role: reads and listings, as the server's.
-WRITER_READ_ROLE = "roles/storage.objectViewer"
+#: A collector's second role, conditioned on the bucket itself: object listings (names) only.
+WRITER_LIST_ROLE = "roles/storage.objectViewer"
 WRITER_CONDITION_TITLE = "own-namespace-only"
+WRITER_LIST_CONDITION_TITLE = "list-names-only"
 SERVER_ROLE = "roles/storage.objectViewer"
 #: The server's role on the shared-index prefix with ``shared_index="write"`` (conditional).
 INDEX_WRITER_ROLE = "roles/storage.objectUser"
@@ -75,15 +78,30 @@ def index_write_condition(bucket: str, root_dir: str) -> str:
     return f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{index_prefix(root_dir)}")'
 
 
+def bucket_only_condition(bucket: str) -> str:
+    """The IAM condition expression true only for requests on the bucket itself.
+
+    Listing objects is a method on the bucket, so its ``resource.name`` is
+    ``projects/_/buckets/BUCKET`` (https://cloud.google.com/iam/docs/downscoping-short-lived-credentials,
+    https://cloud.google.com/iam/docs/conditions-attribute-reference#resource-name), while
+    reading an object is checked against ``projects/_/buckets/BUCKET/objects/KEY``: on
+    ``roles/storage.objectViewer`` it grants listings of object names and no object's contents.
+    The listing's prefix (``storage.googleapis.com/objectListPrefix``) is documented for
+    Credential Access Boundaries only, not for role bindings, so names stay listable bucket-wide.
+    """
+    return f'resource.name == "projects/_/buckets/{bucket}"'
+
+
 def namespace_write_condition(bucket: str, root_dir: str, namespace: str) -> str:
-    """The IAM condition expression limiting a collector's write grant to its namespace's keys.
+    """The IAM condition expression limiting a collector's grant to its namespace's keys.
 
     True only for objects named by :func:`~ray_history_pulumi.storage_common.namespace_prefixes`
     and the ``python -m runtime.storage check`` probes (``ROOT/_selfcheck/``, which nothing
     serves) (``projects/_/buckets/BUCKET/objects/KEY`` in conditions:
     https://cloud.google.com/iam/docs/conditions-attribute-reference#resource-name); false for
     every other namespace's keys, for ``ROOT/history-index/`` and for the bucket itself, so
-    listing comes from the collector's unconditional ``roles/storage.objectViewer``.
+    listing comes from the collector's bucket-only ``roles/storage.objectViewer``
+    (:func:`bucket_only_condition`).
     """
     objects = f"projects/_/buckets/{bucket}/objects/"
     prefixes = [*namespace_prefixes(root_dir, namespace), probe_prefix(root_dir)]
@@ -258,13 +276,18 @@ class GcsHistoryStorage(pulumi.ComponentResource):
                 continue
             condition = gcp.storage.BucketIAMMemberConditionArgs(
                 title=WRITER_CONDITION_TITLE,
-                description=f"Ray history collector: write namespace {sa.namespace}'s history only",
+                description=f"Ray history collector: read and write namespace {sa.namespace}'s history only",
                 expression=self.bucket.name.apply(
                     partial(namespace_write_condition, root_dir=args.root_dir, namespace=sa.namespace)
                 ),
             )
             grant("writer", sa, WRITER_ROLE, condition)
-            grant("reader", sa, WRITER_READ_ROLE)
+            names_only = gcp.storage.BucketIAMMemberConditionArgs(
+                title=WRITER_LIST_CONDITION_TITLE,
+                description="Ray history collector: list object names, read no object",
+                expression=self.bucket.name.apply(bucket_only_condition),
+            )
+            grant("reader", sa, WRITER_LIST_ROLE, names_only)
         grant("server", args.server, SERVER_ROLE)
         server_ready: list[pulumi.Resource] = [self.grants["server"]]
         if args.shared_index == "write":

@@ -9,8 +9,7 @@ from collections.abc import Mapping, Sequence
 import pulumi
 
 from ray_history_pulumi.contracts import ServiceAccountRef, StorageWiring
-from runtime.storage.layout import CLUSTER_HISTORY, CLUSTER_KINDS, CLUSTER_METADATA
-from runtime.storage.selfcheck import PROBE_DIR
+from runtime.storage.layout import KeyLayout
 
 # Kubernetes object names (RFC 1123 labels for namespaces, subdomains for service accounts).
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -29,21 +28,14 @@ def index_prefix(root_dir: str) -> str:
 
 
 def namespace_prefixes(root_dir: str, namespace: str) -> list[str]:
-    """Key prefixes of one namespace's sessions (``runtime/storage/layout.py``): its history
-    objects ``ROOT/cluster-history/KIND/NS/`` and its markers ``ROOT/cluster-metadata/KIND/NS_``,
-    for every cluster kind. A namespace holds no ``_`` (an RFC 1123 label), so ``NS_`` never
-    matches another namespace's markers, nor ``NS/`` its objects."""
-    root = root_dir.strip("/")
-    base = f"{root}/" if root else ""
-    return [f"{base}{CLUSTER_HISTORY}/{kind}/{namespace}/" for kind in CLUSTER_KINDS] + [
-        f"{base}{CLUSTER_METADATA}/{kind}/{namespace}_" for kind in CLUSTER_KINDS
-    ]
+    """Key prefixes of one namespace's sessions, as the layout builds them
+    (:meth:`runtime.storage.layout.KeyLayout.namespace_prefixes`)."""
+    return KeyLayout(root_dir.strip("/")).namespace_prefixes(namespace)
 
 
 def probe_prefix(root_dir: str) -> str:
     """Key prefix of ``python -m runtime.storage check``'s probe objects (read by nothing else)."""
-    root = root_dir.strip("/")
-    return f"{root}/{PROBE_DIR}/" if root else f"{PROBE_DIR}/"
+    return KeyLayout(root_dir.strip("/")).probe_prefix()
 
 
 def resolve_index_maintainers(

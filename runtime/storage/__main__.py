@@ -7,7 +7,8 @@ import logging
 import sys
 
 from runtime.storage.config import StorageConfig, add_storage_arguments, open_store
-from runtime.storage.errors import StorageConfigError, StorageError
+from runtime.storage.errors import InvalidKeyError, StorageConfigError, StorageError
+from runtime.storage.layout import validate_namespace
 from runtime.storage.selfcheck import run_selfcheck
 
 
@@ -19,12 +20,21 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="write, read, list and delete probe objects; count stored sessions")
     add_storage_arguments(check)
+    check.add_argument(
+        "--namespace",
+        metavar="NAMESPACE",
+        help="count only this namespace's stored sessions (a collector's identity may list no other's)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     try:
+        if args.namespace is not None:
+            validate_namespace(args.namespace)
         config = StorageConfig.from_args(args)
         store = open_store(config, check=False)
+    except InvalidKeyError as exc:
+        parser.exit(2, f"error: --namespace: {exc}\n")
     except StorageConfigError as exc:
         parser.exit(2, f"error: {exc}\n")
     except StorageError as exc:
@@ -36,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.exit(1, f"error: {exc}\n")
 
     with store:
-        report = run_selfcheck(store, config.layout)
+        report = run_selfcheck(store, config.layout, args.namespace)
     out = sys.stdout
     out.write(f"Storage self-check of {report.location} (root {config.root_dir or '<bucket root>'!r})\n")
     for step in report.steps:

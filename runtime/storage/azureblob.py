@@ -252,8 +252,12 @@ class AzureBlobStore(ObjectStore):
         self._client.delete_blob(key)
 
     def _bucket_exists(self) -> bool:
+        # A one-blob listing under the probe prefix, not Get Container Properties: a
+        # collector's role assignment lists only under prefixes of its own (an ABAC
+        # condition on the request's prefix), and this is one of them.
+        paged = self._client.list_blobs(name_starts_with=self.probe_prefix or None, results_per_page=1)
         try:
-            self._client.get_container_properties()
+            next(paged.by_page(), None)
         except ResourceNotFoundError:
             return False
         return True

@@ -187,7 +187,7 @@ def open_store(config: StorageConfig, retry: RetryPolicy | None = None, check: b
         from runtime.storage.azureblob import AzureBlobSettings, AzureBlobStore
 
         store = AzureBlobStore(AzureBlobSettings.from_source(config.source), retry=retry)
-    store.probe_prefix = config.layout.root_prefix()
+    store.probe_prefix = config.layout.probe_prefix()
     if check:
         store.check(create=config.create_bucket)
     return store

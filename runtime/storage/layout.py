@@ -38,6 +38,8 @@ from runtime.storage.errors import InvalidKeyError
 CLUSTER_HISTORY = "cluster-history"
 CLUSTER_METADATA = "cluster-metadata"
 INDEX_DIR = "history-index"
+#: ``python -m runtime.storage check``'s probe objects; every identity may write, read and list here.
+PROBE_DIR = "_selfcheck"
 INDEX_DATA_SUFFIX = ".sqlite.zst"
 INDEX_MANIFEST_SUFFIX = ".manifest.json"
 LOGS_DIR = "logs"
@@ -260,6 +262,11 @@ class KeyLayout:
         """``{root}/``, or ``""`` at the bucket root: every key of ours starts with it."""
         return f"{self.root}/" if self.root else ""
 
+    def probe_prefix(self) -> str:
+        """``{root}/_selfcheck/``: the storage check's probe objects. The one prefix every
+        identity may list (a collector lists nothing else), so a bucket is probed there."""
+        return self._join(PROBE_DIR) + "/"
+
     # cluster-history --------------------------------------------------------
     def history_prefix(self) -> str:
         """``{root}/cluster-history/``: every session's objects lie below it."""
@@ -338,6 +345,16 @@ class KeyLayout:
     # cluster-metadata -------------------------------------------------------
     def markers_prefix(self) -> str:
         return self._join(CLUSTER_METADATA) + "/"
+
+    def namespace_prefixes(self, namespace: str) -> list[str]:
+        """Every key prefix of one namespace's sessions: its history objects
+        ``{root}/cluster-history/{kind}/{ns}/`` and its markers
+        ``{root}/cluster-metadata/{kind}/{ns}_``, for every cluster kind. A namespace
+        holds no ``_`` (an RFC 1123 label), so ``{ns}_`` never matches another
+        namespace's markers, nor ``{ns}/`` its objects (a collector's grant is these)."""
+        validate_namespace(namespace)
+        history = [f"{self._join(CLUSTER_HISTORY, kind, namespace)}/" for kind in CLUSTER_KINDS]
+        return history + [f"{self.markers_prefix()}{kind}/{namespace}_" for kind in CLUSTER_KINDS]
 
     def marker_key(self, cluster: ClusterRef, session: str) -> str:
         """The 0-byte object whose existence lists the session in the history."""

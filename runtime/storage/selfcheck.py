@@ -17,12 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from runtime.storage.base import ObjectStore
-from runtime.storage.errors import InvalidKeyError, ObjectNotFoundError, StorageError
+from runtime.storage.errors import InvalidKeyError, ObjectNotFoundError, PermanentStorageError, StorageError
 from runtime.storage.layout import KeyLayout
 
 logger = logging.getLogger(__name__)
 
-PROBE_DIR = "_selfcheck"
 _STREAM_BYTES = 3 * 1024 * 1024 + 17  # crosses chunk boundaries of every backend
 
 
@@ -45,9 +44,11 @@ class CheckReport:
         return all(step.ok for step in self.steps)
 
 
-def run_selfcheck(store: ObjectStore, layout: KeyLayout) -> CheckReport:
-    """Write, read, list and delete probe objects under ``{root}/_selfcheck/``."""
-    return _SelfCheck(store, layout).run()
+def run_selfcheck(store: ObjectStore, layout: KeyLayout, namespace: str | None = None) -> CheckReport:
+    """Write, read, list and delete probe objects under ``{root}/_selfcheck/``, then count
+    the stored sessions: every namespace's, or only ``namespace``'s (all that a collector's
+    identity may list)."""
+    return _SelfCheck(store, layout, namespace).run()
 
 
 def _expect(condition: bool, message: str) -> None:
@@ -56,11 +57,11 @@ def _expect(condition: bool, message: str) -> None:
 
 
 class _SelfCheck:
-    def __init__(self, store: ObjectStore, layout: KeyLayout) -> None:
+    def __init__(self, store: ObjectStore, layout: KeyLayout, namespace: str | None = None) -> None:
         self.store = store
         self.layout = layout
-        probe_prefix = f"{layout.root}/{PROBE_DIR}/" if layout.root else f"{PROBE_DIR}/"
-        self.key = f"{probe_prefix}{uuid.uuid4().hex}/probe?kind=bytes&n=1"
+        self.namespace = namespace
+        self.key = f"{layout.probe_prefix()}{uuid.uuid4().hex}/probe?kind=bytes&n=1"
         self.stream_key = self.key.replace("bytes", "stream")
         self.payload = b"ray-history self-check\n"
         self.big = os.urandom(_STREAM_BYTES)
@@ -124,10 +125,25 @@ class _SelfCheck:
         raise AssertionError("deleted object is still readable")
 
     def _count_sessions(self) -> str:
-        for info in self.store.walk(self.layout.markers_prefix()):
-            try:
-                self.layout.parse_marker_key(info.key)
-                self.sessions += 1
-            except InvalidKeyError:
-                logger.debug("ignoring non-marker key %s", info.key)
-        return f"{self.sessions} stored sessions"
+        markers = self.layout.markers_prefix()
+        if self.namespace is None:
+            prefixes = [markers]
+        else:
+            prefixes = [p for p in self.layout.namespace_prefixes(self.namespace) if p.startswith(markers)]
+        try:
+            for prefix in prefixes:
+                for info in self.store.walk(prefix):
+                    try:
+                        self.layout.parse_marker_key(info.key)
+                        self.sessions += 1
+                    except InvalidKeyError:
+                        logger.debug("ignoring non-marker key %s", info.key)
+        except PermanentStorageError as exc:
+            if self.namespace is None:
+                hint = "a collector's identity lists only its own namespace's sessions: use --namespace NAMESPACE"
+                raise PermanentStorageError(
+                    f"{exc.reason}; {hint}", backend=exc.backend, bucket=exc.bucket, key=exc.key
+                ) from exc
+            raise
+        whose = "" if self.namespace is None else f" of namespace {self.namespace}"
+        return f"{self.sessions} stored sessions{whose}"

@@ -37,6 +37,7 @@ from runtime.storage.base import ObjectStore
 from runtime.storage.config import StorageConfig, open_store
 from runtime.storage.errors import PermanentStorageError
 from runtime.storage.layout import ClusterRef, KeyLayout
+from runtime.storage.selfcheck import run_selfcheck
 from tests.integration.conftest import TEST_RETRY, new_bucket_name
 from tests.integration.emulators.base import Emulator
 from tests.integration.emulators.registry import EmulatorPool
@@ -129,13 +130,13 @@ def s3(emulator_pool: EmulatorPool) -> Emulator:
 
 
 def policed_store(
-    s3: Emulator, bucket: str, root: str, *, write: bool, write_prefixes: list[str] | None = None
+    s3: Emulator, bucket: str, root: str, *, write: bool, own_prefixes: list[str] | None = None
 ) -> tuple[ObjectStore, IamCheck]:
     """A store built as the binaries build theirs, behind the policy Pulumi gives them."""
     config = StorageConfig.from_env({**s3.env(bucket), "STORAGE_ROOT_DIR": root})
     store = open_store(config, retry=TEST_RETRY, check=False)
     arn = f"arn:aws:s3:::{bucket}"
-    policy = json.loads(bucket_access_policy(arn, write=write, root_dir=root, write_prefixes=write_prefixes))
+    policy = json.loads(bucket_access_policy(arn, write=write, root_dir=root, own_prefixes=own_prefixes))
     iam = IamCheck(policy, bucket)
     iam.install(store)
     return store, iam
@@ -180,21 +181,20 @@ def test_a_writer_checks_writes_and_deletes_under_its_root(s3: Emulator, seeded_
 
 
 @pytest.mark.parametrize("root", ["prod", ""])
-def test_a_collector_writes_its_own_namespace_and_reads_but_never_changes_another(
-    s3: Emulator, seeded_bucket: str, root: str
-) -> None:
+def test_a_collector_reads_and_writes_its_own_namespace_only(s3: Emulator, seeded_bucket: str, root: str) -> None:
     """A collector namespace's role (what ``S3HistoryStorage`` gives ``team-a``'s collectors)
     under AWS's rules: an Allow statement applies when the request's resource matches one of
     its ``Resource`` ARNs, and an object ARN ending in a key prefix and ``*`` scopes the
     actions to the keys under it
     (https://docs.aws.amazon.com/AmazonS3/latest/userguide/example-policies-s3.html,
-    https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_resource.html).
-    The collector uploads, lists and deletes its own sessions and markers and reads anyone's;
-    another team's session or marker, namespace ``team`` (a prefix of ``team-a``) and the
-    shared indexes are denied, so a job's stolen credential cannot forge or erase another
-    team's history."""
+    https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_resource.html);
+    a listing is allowed only when its ``s3:prefix`` matches the statement's patterns.
+    The collector checks its bucket, uploads, lists, reads and deletes its own sessions and
+    markers; another team's session or marker, namespace ``team`` (a prefix of ``team-a``)
+    and the shared indexes can be neither read, listed nor written, so a job's stolen
+    credential can neither read another team's logs nor forge or erase its history."""
     prefixes = [*namespace_prefixes(root, "team-a"), probe_prefix(root)]
-    store, iam = policed_store(s3, seeded_bucket, root, write=True, write_prefixes=prefixes)
+    store, iam = policed_store(s3, seeded_bucket, root, write=True, own_prefixes=prefixes)
     layout, node = KeyLayout(root), "ab" * 28
     own = layout.log_key(ClusterRef("team-a", "c"), "session_y", node, "worker.out")
     own_marker = layout.marker_key(ClusterRef("team-a", "c"), "session_y")
@@ -206,21 +206,28 @@ def test_a_collector_writes_its_own_namespace_and_reads_but_never_changes_anothe
         layout.marker_key(ClusterRef("team", "a-c"), "session_y"),
         f"{index_prefix(root)}raycluster/team-b/c/session_y/v1/{'f' * 64}.sqlite.zst",
     ]
+    unlistable = [layout.history_prefix(), layout.markers_prefix(), seeded.rsplit("/", 1)[0] + "/"]
     with store:
         store.check()
         store.put_stream(own, io.BytesIO(b"x" * 1000), size=1000)
         store.put_bytes(own_marker, b"")
         assert [o.key for o in store.list(own.rsplit("/", 1)[0] + "/").objects] == [own]
-        assert store.get_bytes(seeded) == b"raylet\n"  # reading stays as wide as before
+        assert store.get_bytes(own) == b"x" * 1000 and store.stat(own_marker).size == 0
         for key in forbidden:
             with pytest.raises(PermanentStorageError):
                 store.put_bytes(key, b"forged")
         with pytest.raises(PermanentStorageError):
+            store.get_bytes(seeded)
+        for prefix in unlistable:
+            with pytest.raises(PermanentStorageError):
+                store.list(prefix)
+        with pytest.raises(PermanentStorageError):
             store.delete(seeded)
         store.delete(own)
         store.delete(own_marker)
-    assert [call.split()[1].split(":::", 1)[1] for call in iam.denied] == [
-        f"{seeded_bucket}/{key}" for key in [*forbidden, seeded]
+    denied = [call.split()[1].split(":::", 1)[1] for call in iam.denied]
+    assert denied == [f"{seeded_bucket}/{key}" for key in [*forbidden, seeded]] + [seeded_bucket] * len(unlistable) + [
+        f"{seeded_bucket}/{seeded}"
     ], iam.calls
     with s3.make_store(seeded_bucket, retry=TEST_RETRY) as admin:
         assert admin.get_bytes(seeded) == b"raylet\n"
@@ -245,9 +252,33 @@ def test_the_check_follows_iams_rules_outside_the_root() -> None:
     assert not allowed(policy, "s3:GetObject", f"{arn}/elsewhere/secret.txt", {})
     assert not allowed(policy, "s3:PutObject", f"{arn}/prod/x", {})
     team_a = json.loads(
-        bucket_access_policy(arn, write=True, root_dir="prod", write_prefixes=namespace_prefixes("prod", "team-a"))
+        bucket_access_policy(arn, write=True, root_dir="prod", own_prefixes=namespace_prefixes("prod", "team-a"))
     )
     own = f"{arn}/prod/cluster-history/raycluster/team-a/c/s/n/logs/x"
     assert allowed(team_a, "s3:PutObject", own, {}) and allowed(team_a, "s3:GetObject", own, {})
     other = f"{arn}/prod/cluster-history/raycluster/team-b/c/s/n/logs/x"
-    assert allowed(team_a, "s3:GetObject", other, {}) and not allowed(team_a, "s3:PutObject", other, {})
+    assert not allowed(team_a, "s3:GetObject", other, {}) and not allowed(team_a, "s3:PutObject", other, {})
+    assert allowed(team_a, "s3:ListBucket", arn, {"s3:prefix": "prod/cluster-history/raycluster/team-a/c/"})
+    assert not allowed(team_a, "s3:ListBucket", arn, {"s3:prefix": "prod/cluster-history/raycluster/"})
+
+
+def test_the_storage_check_passes_for_a_collector_that_names_its_namespace(s3: Emulator, seeded_bucket: str) -> None:
+    """``python -m runtime.storage check`` run with a collector's credential: the probes
+    and its own namespace's count pass; counting every namespace's sessions is refused
+    by the policy, and the step says to name the namespace."""
+    root = "prod"
+    store, iam = policed_store(
+        s3, seeded_bucket, root, write=True, own_prefixes=[*namespace_prefixes(root, "team-a"), probe_prefix(root)]
+    )
+    with store:
+        store.put_bytes(
+            KeyLayout(root).marker_key(ClusterRef("team-a", "c"), "session_2026-11-22_01-45-25_333080_9"), b""
+        )
+        scoped = run_selfcheck(store, KeyLayout(root), "team-a")
+        assert scoped.ok, scoped.steps
+        assert scoped.sessions == 1 and scoped.steps[-1].detail == "1 stored sessions of namespace team-a"
+        assert iam.denied == [], iam.calls
+        everyone = run_selfcheck(store, KeyLayout(root))
+    assert [step.name for step in everyone.steps if not step.ok] == ["history"]
+    assert "use --namespace NAMESPACE" in everyone.steps[-1].detail
+    assert [call.split()[0] for call in iam.denied] == ["ListObjectsV2"]

@@ -143,15 +143,20 @@ def test_roles_reach_only_the_root_prefix(mocks: RecordingMocks) -> pulumi.Outpu
     arn = "arn:aws:s3:::ray-history-demo"
 
     def check(_: object) -> None:
-        for role in ("history-server", "history-writer-ray", "history-writer-team-a"):
-            statements = {s["Sid"]: s for s in _policy(mocks, role)["Statement"]}
-            listing = statements["ListHistoryBucket"]
-            assert listing["Resource"] == arn
-            assert listing["Condition"] == {"StringLike": {"s3:prefix": ["prod/", "prod/*"]}}
-            assert statements["ReadHistoryObjects"]["Resource"] == f"{arn}/prod/*"
-            writes = statements.get("WriteOwnNamespaceObjects", {"Resource": []})["Resource"]
-            assert all(resource.startswith(f"{arn}/prod/") for resource in writes)
-            assert len(writes) == (0 if role == "history-server" else 7), writes  # 3 kinds x 2 + the probe
+        server = {s["Sid"]: s for s in _policy(mocks, "history-server")["Statement"]}
+        assert server["ListHistoryBucket"]["Resource"] == arn
+        assert server["ListHistoryBucket"]["Condition"] == {"StringLike": {"s3:prefix": ["prod/", "prod/*"]}}
+        assert server["ReadHistoryObjects"]["Resource"] == f"{arn}/prod/*"
+        for namespace in ("ray", "team-a"):
+            statements = {s["Sid"]: s for s in _policy(mocks, f"history-writer-{namespace}")["Statement"]}
+            # A collector lists, reads and writes its namespace's keys and the probes: 3 kinds x 2 + 1.
+            listed = statements["ListHistoryBucket"]["Condition"]["StringLike"]["s3:prefix"]
+            objects = statements["OwnNamespaceObjects"]["Resource"]
+            assert len(listed) == len(objects) == 7, (listed, objects)
+            assert all(p.startswith("prod/") and p.endswith("*") for p in listed)
+            assert [f"{arn}/{p}" for p in listed] == objects
+            assert f"prod/cluster-history/raycluster/{namespace}/*" in listed and "prod/_selfcheck/*" in listed
+            assert "ReadHistoryObjects" not in statements and "WriteHistoryObjects" not in statements
 
     return _done(storage).apply(check)
 
@@ -242,9 +247,14 @@ def test_policies_are_least_privilege_on_the_bucket_only(mocks: RecordingMocks) 
         ]
         assert writer == {
             arn: ["s3:ListBucket", "s3:ListBucketMultipartUploads"],
-            f"{arn}/*": ["s3:GetObject"],
             str([*own, f"{arn}/_selfcheck/*"]): sorted(
-                ["s3:AbortMultipartUpload", "s3:DeleteObject", "s3:ListMultipartUploadParts", "s3:PutObject"]
+                [
+                    "s3:AbortMultipartUpload",
+                    "s3:DeleteObject",
+                    "s3:GetObject",
+                    "s3:ListMultipartUploadParts",
+                    "s3:PutObject",
+                ]
             ),
         }
         [deny] = [s for s in writer_statements if s["Effect"] != "Allow"]
@@ -464,8 +474,8 @@ def test_collectors_cannot_write_or_delete_shared_indexes(mocks: RecordingMocks,
         assert allowed(collector, action, session) and allowed(collector, action, marker), action
         assert not allowed(collector, action, index), action
         assert allowed(maintainer, action, index) and allowed(maintainer, action, session), action
-    # Reading indexes stays allowed: the bucket is readable to writers anyway.
-    assert allowed(collector, "s3:GetObject", index)
+    # Nor read one: a collector reads only its own namespace's keys.
+    assert not allowed(collector, "s3:GetObject", index)
 
 
 def test_each_role_trusts_only_its_own_service_accounts(mocks: RecordingMocks) -> None:
@@ -558,14 +568,15 @@ def test_role_and_policy_names_fit_aws_limits_for_a_long_component_name() -> Non
 
 
 @pytest.mark.parametrize("root_dir", ["", "prod/ray"])
-def test_each_namespace_writes_only_its_own_history(mocks: RecordingMocks, root_dir: str) -> None:
-    """One team's collector credential (any job in its Ray pods holds it) cannot forge or erase
-    another team's stored history: each namespace's role allows its writes only on object ARNs
-    of that namespace's key prefixes, and an Allow applies only to a matching resource
+def test_each_namespace_reads_and_writes_only_its_own_history(mocks: RecordingMocks, root_dir: str) -> None:
+    """One team's collector credential (any job in its Ray pods holds it) can neither read
+    another team's logs nor forge or erase its stored history: each namespace's role allows
+    reads and writes only on object ARNs of that namespace's key prefixes, and an Allow
+    applies only to a matching resource
     (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_resource.html,
-    https://docs.aws.amazon.com/AmazonS3/latest/userguide/example-policies-s3.html). Reads
-    stay as wide as the server's. Namespace ``team`` is a prefix of ``team-a``: its keys
-    (``team/``, markers ``team_``) never match ``team-a``'s."""
+    https://docs.aws.amazon.com/AmazonS3/latest/userguide/example-policies-s3.html).
+    Namespace ``team`` is a prefix of ``team-a``: its keys (``team/``, markers ``team_``)
+    never match ``team-a``'s."""
     writers = [*WRITERS, ServiceAccountRef("team", "ray-worker"), ServiceAccountRef("team-a", "other")]
     policies = _policies_for(mocks, root_dir=root_dir, writers=writers)
     base = f"arn:aws:s3:::ray-history-demo/{root_dir}/" if root_dir else "arn:aws:s3:::ray-history-demo/"
@@ -586,11 +597,11 @@ def test_each_namespace_writes_only_its_own_history(mocks: RecordingMocks, root_
         policy = policies[f"history-writer-{namespace}-s3"]
         for other in {"ray", "team-a", "team"} - {namespace}:
             for key in keys(other):
-                assert allowed(policy, "s3:GetObject", key), key
+                assert not allowed(policy, "s3:GetObject", key), key
                 for action in MUTATIONS:
                     assert not allowed(policy, action, key), f"{namespace} may {action} {key}"
         for key in [*keys(namespace), f"{base}_selfcheck/probe-1"]:
-            for action in ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]:
+            for action in ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]:
                 assert allowed(policy, action, key), f"{namespace} may not {action} {key}"
 
 

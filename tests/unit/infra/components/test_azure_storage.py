@@ -9,7 +9,7 @@ import pulumi
 import pulumi_azure_native as azure
 import pytest
 
-from ray_history_pulumi.azure_conditions import WRITE_DATA_ACTIONS, namespace_write_condition
+from ray_history_pulumi.azure_conditions import WRITE_DATA_ACTIONS, namespace_condition
 from ray_history_pulumi.azure_storage import (
     AzureBlobHistoryStorage,
     AzureBlobHistoryStorageArgs,
@@ -153,8 +153,8 @@ def test_role_assignments_scoped_to_the_container(mocks: RecordingMocks) -> None
     assert conditions == {
         "history-server-blob-data": (None, None),
         "history-server-index-data": (None, None),
-        "history-writer-ray-blob-data": (namespace_write_condition("", "ray", "ray-historyserver"), "2.0"),
-        "history-writer-team-a-blob-data": (namespace_write_condition("", "team-a", "ray-historyserver"), "2.0"),
+        "history-writer-ray-blob-data": (namespace_condition("", "ray", "ray-historyserver"), "2.0"),
+        "history-writer-team-a-blob-data": (namespace_condition("", "team-a", "ray-historyserver"), "2.0"),
     }
 
 

@@ -12,7 +12,7 @@ from ray_history_pulumi.contracts import ServiceAccountRef
 from ray_history_pulumi.gcp_storage import (
     INDEX_WRITER_ROLE,
     SERVER_ROLE,
-    WRITER_READ_ROLE,
+    WRITER_LIST_ROLE,
     WRITER_ROLE,
     GcsHistoryStorage,
     GcsHistoryStorageArgs,
@@ -26,14 +26,19 @@ SERVER = ServiceAccountRef("ray-system", "ray-history-server")
 #: The retention job's account beside the server: the default index maintainer.
 GC = ServiceAccountRef("ray-system", "ray-history-gc")
 _CLAUSE = re.compile(r'^resource\.name\.startsWith\("([^"]+)"\)$')
+_EQUALS = re.compile(r'^resource\.name == "([^"]+)"$')
 
 
 def condition_allows(expression: str, resource_name: str) -> bool:
     """Evaluate the IAM condition expressions these components write: ``resource.name.startsWith("...")``
-    clauses joined by ``||``. Anything else fails the test (the evaluator would be wrong)."""
-    clauses = [_CLAUSE.match(clause) for clause in expression.split(" || ")]
-    assert all(clauses), f"unexpected CEL in {expression!r}"
-    return any(resource_name.startswith(m.group(1)) for m in clauses if m)
+    and ``resource.name == "..."`` clauses joined by ``||``. Anything else fails the test (the
+    evaluator would be wrong)."""
+    allowed = False
+    for clause in expression.split(" || "):
+        starts, equals = _CLAUSE.fullmatch(clause), _EQUALS.fullmatch(clause)
+        assert starts or equals, f"unexpected CEL {clause!r} in {expression!r}"
+        allowed |= resource_name.startswith(starts.group(1)) if starts else resource_name == equals.group(1)  # type: ignore[union-attr]
+    return allowed
 
 
 @pytest.fixture
@@ -104,12 +109,12 @@ def test_writers_get_object_user_and_server_read_only(mocks: RecordingMocks) -> 
         )
         assert grants == {
             (f"{prefix}/ns/ray/sa/ray-collector", WRITER_ROLE, bucket),
-            (f"{prefix}/ns/ray/sa/ray-collector", WRITER_READ_ROLE, bucket),
+            (f"{prefix}/ns/ray/sa/ray-collector", WRITER_LIST_ROLE, bucket),
             (f"{prefix}/ns/team-a/sa/ray-worker", WRITER_ROLE, bucket),
-            (f"{prefix}/ns/team-a/sa/ray-worker", WRITER_READ_ROLE, bucket),
+            (f"{prefix}/ns/team-a/sa/ray-worker", WRITER_LIST_ROLE, bucket),
             (f"{prefix}/ns/ray-system/sa/ray-history-server", SERVER_ROLE, bucket),
         }
-        assert SERVER_ROLE == WRITER_READ_ROLE == "roles/storage.objectViewer"
+        assert SERVER_ROLE == WRITER_LIST_ROLE == "roles/storage.objectViewer"  # the collectors' conditional
         assert WRITER_ROLE == "roles/storage.objectUser"
         # No authoritative policy resources that would wipe other grants.
         assert not mocks.of_type("gcp:storage/bucketIAMPolicy:BucketIAMPolicy")
@@ -294,18 +299,22 @@ def test_wiring_carries_the_mode_and_only_the_gc_job_maintains_indexes(mocks: Re
 
 
 @pytest.mark.parametrize("root_dir", ["", "prod/ray"])
-def test_collectors_write_only_their_namespace_never_shared_indexes(mocks: RecordingMocks, root_dir: str) -> None:
-    """A collector credential (any job code in that team's pods has it) may create, overwrite and
-    delete only its own namespace's history and markers: not another team's sessions, and not
-    ``ROOT/history-index/``, so it cannot plant an index the server serves for another team
-    (/tmp/review_bucket/test_writer_grants.py, test_shared_index_forgery.py).
+def test_collectors_read_and_write_only_their_namespace_never_shared_indexes(
+    mocks: RecordingMocks, root_dir: str
+) -> None:
+    """A collector credential (any job code in that team's pods has it) may read, create,
+    overwrite and delete only its own namespace's history and markers: not another team's
+    sessions or logs, and not ``ROOT/history-index/``, so it can neither read another team's
+    logs nor plant an index the server serves for another team.
 
     Encoded behaviour: a conditional binding applies only where its expression is true, and
     Cloud Storage names an object ``projects/_/buckets/BUCKET/objects/KEY`` and the bucket
     ``projects/_/buckets/BUCKET`` in ``resource.name``
     (https://cloud.google.com/storage/docs/access-control/iam#conditions,
     https://cloud.google.com/iam/docs/conditions-attribute-reference#resource-name). Listing is a
-    bucket-level call: it comes from the collector's unconditional objectViewer, as before."""
+    method on the bucket (https://cloud.google.com/iam/docs/downscoping-short-lived-credentials):
+    it comes from the collector's objectViewer conditioned on the bucket's own name, which no
+    object's name equals, so that role reads no object at all."""
     writers = [ServiceAccountRef("team-a", "ray-worker"), ServiceAccountRef("team-b", "ray-worker"), GC]
     grants = _iam(mocks, bucket_name="hist", root_dir=root_dir, shared_index="write", writers=writers)
     objects = "projects/_/buckets/hist/objects/"
@@ -314,10 +323,18 @@ def test_collectors_write_only_their_namespace_never_shared_indexes(mocks: Recor
         by_member.setdefault(str(g["member"]), []).append(g)
     for team, other in (("team-a", "team-b"), ("team-b", "team-a")):
         mine = by_member[f"ns/{team}/sa/ray-worker"]
-        assert sorted((g["role"], g["condition"] is None) for g in mine) == [
+        assert sorted((str(g["role"]), g["condition"] is None) for g in mine) == [
             (WRITER_ROLE, False),
-            (WRITER_READ_ROLE, True),
+            (WRITER_LIST_ROLE, False),
         ]
+        (names,) = [g for g in mine if g["role"] == WRITER_LIST_ROLE]
+        names_condition = names["condition"]
+        assert isinstance(names_condition, dict) and names_condition["title"] == "list-names-only"
+        names_only = str(names_condition["expression"])
+        assert condition_allows(names_only, "projects/_/buckets/hist")  # listing object names
+        assert not condition_allows(names_only, "projects/_/buckets/hist-other")
+        for key in [*collector_keys(root_dir, other).values(), *collector_keys(root_dir, team).values()]:
+            assert not condition_allows(names_only, objects + key), key  # reads come from the namespace grant
         (write,) = [g for g in mine if g["role"] == WRITER_ROLE]
         condition = write["condition"]
         assert isinstance(condition, dict)
@@ -344,6 +361,9 @@ def test_collectors_write_only_their_namespace_never_shared_indexes(mocks: Recor
     # Nothing but the gc job and the server's index grant holds objectUser without a namespace condition.
     unconditional_users = {g["member"] for g in grants if g["role"] == WRITER_ROLE and g["condition"] is None}
     assert unconditional_users == {"ns/ray-system/sa/ray-history-gc"}
+    # No collector reads any object unconditionally.
+    unconditional = {g["member"] for g in grants if g["condition"] is None}
+    assert unconditional == {"ns/ray-system/sa/ray-history-gc", "ns/ray-system/sa/ray-history-server"}
 
 
 def test_explicit_index_maintainers_and_strangers(mocks: RecordingMocks) -> None:
