@@ -32,6 +32,12 @@ from typing import Literal
 import pulumi
 import pulumi_azure_native as azure
 
+from ray_history_pulumi.azure_account_policies import (
+    CONTAINER_SOFT_DELETE_DAYS,
+    container_soft_delete,
+    retention_policy,
+    retention_prefixes,
+)
 from ray_history_pulumi.azure_conditions import CONDITION_VERSION, namespace_condition
 from ray_history_pulumi.contracts import (
     SERVER_SERVICE_ACCOUNT,
@@ -42,7 +48,6 @@ from ray_history_pulumi.contracts import (
 from ray_history_pulumi.storage_common import (
     account_resource_name,
     former_account_aliases,
-    index_prefix,
     storage_env,
     validate_common,
     validate_shared_index,
@@ -120,6 +125,9 @@ class AzureBlobHistoryStorageArgs:
             cover the shared-index container too, so it needs ``shared_index="off"`` when there
             are collectors (writers not in ``index_maintainers``): their identity must never
             reach the indexes the server serves.
+        container_soft_delete_days: keep a deleted container restorable this many days (1-365;
+            None: off). Storage Blob Data Contributor, which the collectors hold, carries the
+            management action ``containers/delete`` that no ABAC condition limits.
         retention_days: delete blobs not modified for this many days; None keeps them forever.
             Object by object, a running session's too: with whole-session retention
             (:mod:`ray_history_pulumi.retention`) use it as a backstop, ``backstop_days(days)``.
@@ -143,6 +151,7 @@ class AzureBlobHistoryStorageArgs:
     container_name: str = "ray-historyserver"
     role_scope: Literal["container", "account"] = "container"
     retention_days: int | None = None
+    container_soft_delete_days: int | None = CONTAINER_SOFT_DELETE_DAYS
     root_dir: str = ""
     tags: dict[str, str] = field(default_factory=dict)
     shared_index: str = "read"
@@ -164,6 +173,11 @@ class AzureBlobHistoryStorageArgs:
                 f"AzureBlobHistoryStorageArgs.role_scope={self.role_scope!r}: must be 'container' or 'account'"
             )
         validate_common("AzureBlobHistoryStorageArgs", self.writers, self.server, self.retention_days)
+        days = self.container_soft_delete_days
+        if days is not None and (isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 365):
+            raise ValueError(
+                f"AzureBlobHistoryStorageArgs.container_soft_delete_days={days!r}: whole days, 1-365, or None"
+            )
         validate_shared_index("AzureBlobHistoryStorageArgs.shared_index", self.shared_index)
         if not _CONTAINER_NAME.match(self.index_container_name) or self.index_container_name == self.container_name:
             raise ValueError(
@@ -264,7 +278,24 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
         # Per account (``server`` or ``namespace/name``): what its credentials need to exist.
         self.ready: dict[str, list[pulumi.Resource]] = {}
         if args.retention_days is not None:
-            self._retention_policy(name, args, child)
+            retention_policy(
+                name,
+                account_name=self.account.name,
+                resource_group_name=args.resource_group_name,
+                prefixes=retention_prefixes(
+                    args.container_name, args.root_dir, args.index_container_name, args.shared_index
+                ),
+                days=args.retention_days,
+                opts=child,
+            )
+        if args.container_soft_delete_days is not None:
+            container_soft_delete(
+                name,
+                account_name=self.account.name,
+                resource_group_name=args.resource_group_name,
+                days=args.container_soft_delete_days,
+                opts=child,
+            )
 
         # The shared indexes get a container of their own: a role assignment's narrowest
         # scope is a container (https://learn.microsoft.com/azure/storage/blobs/assign-azure-role-data-access).
@@ -355,43 +386,6 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
                 "writer_client_ids": {ns: identity.client_id for ns, identity in self.writer_identities.items()},
                 "index_container_name": self.index_container.name if self.index_container is not None else None,
             }
-        )
-
-    def _retention_policy(self, name: str, args: AzureBlobHistoryStorageArgs, child: pulumi.ResourceOptions) -> None:
-        storage = azure.storage
-        root = args.root_dir.strip("/")
-        prefix = f"{args.container_name}/{root}/" if root else f"{args.container_name}/"
-        prefixes = [prefix]
-        if args.shared_index != "off":
-            # A session's shared index goes with it when the age rule deletes the session.
-            prefixes.append(f"{args.index_container_name}/{index_prefix(args.root_dir)}")
-        storage.ManagementPolicy(
-            f"{name}-retention",
-            account_name=self.account.name,
-            resource_group_name=args.resource_group_name,
-            management_policy_name="default",  # the only name Azure accepts
-            policy=storage.ManagementPolicySchemaArgs(
-                rules=[
-                    storage.ManagementPolicyRuleArgs(
-                        name="expire-ray-history",
-                        enabled=True,
-                        type=storage.RuleType.LIFECYCLE,
-                        definition=storage.ManagementPolicyDefinitionArgs(
-                            filters=storage.ManagementPolicyFilterArgs(
-                                blob_types=["blockBlob", "appendBlob"], prefix_match=prefixes
-                            ),
-                            actions=storage.ManagementPolicyActionArgs(
-                                base_blob=storage.ManagementPolicyBaseBlobArgs(
-                                    delete=storage.DateAfterModificationArgs(
-                                        days_after_modification_greater_than=args.retention_days
-                                    )
-                                )
-                            ),
-                        ),
-                    )
-                ]
-            ),
-            opts=child,
         )
 
     def _identity(

@@ -207,6 +207,37 @@ def test_no_lifecycle_policy_without_retention(mocks: RecordingMocks) -> pulumi.
 
 
 @settled
+def test_a_deleted_container_stays_restorable(mocks: RecordingMocks) -> pulumi.Output[None]:
+    """Storage Blob Data Contributor, which every collector identity holds, also carries the
+    management action ``containers/delete``
+    (https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/storage#storage-blob-data-contributor),
+    and role-assignment conditions are never evaluated for management actions
+    (https://learn.microsoft.com/azure/storage/blobs/storage-auth-abac#supported-attributes-and-operations):
+    any job in a team's Ray pods could delete the whole history container. Container soft
+    delete on the account's blob service (the one named ``default``) keeps a deleted container
+    restorable for the retention period, 1-365 days
+    (https://learn.microsoft.com/azure/storage/blobs/soft-delete-container-overview)."""
+    storage = _storage()
+
+    def check(_: object) -> None:
+        service = mocks.one("azure-native:storage:BlobServiceProperties")
+        assert service.inputs["blobServicesName"] == "default"
+        assert service.inputs["accountName"] == "rayhistorydemo"
+        assert service.inputs["resourceGroupName"] == "rg-ray"
+        assert service.inputs["containerDeleteRetentionPolicy"] == {"enabled": True, "days": 7}
+
+    return _done(storage).apply(check)
+
+
+@settled
+def test_container_soft_delete_can_be_turned_off(mocks: RecordingMocks) -> pulumi.Output[None]:
+    storage = _storage(container_soft_delete_days=None)
+    return _done(storage).apply(
+        lambda _: None if not mocks.of_type("azure-native:storage:BlobServiceProperties") else pytest.fail()
+    )
+
+
+@settled
 def test_wiring_env_annotations_and_pod_label(mocks: RecordingMocks) -> pulumi.Output[None]:
     storage = _storage()
     writer = storage.wiring.writers["ray/ray-collector"]
@@ -245,6 +276,9 @@ def test_every_resource_and_invoke_uses_the_explicit_provider(mocks: RecordingMo
         ({"container_name": "x"}, "AzureBlobHistoryStorageArgs.container_name"),
         ({"role_scope": "subscription"}, "AzureBlobHistoryStorageArgs.role_scope"),
         ({"server": ServiceAccountRef("ray", "")}, "AzureBlobHistoryStorageArgs.server.name"),
+        ({"container_soft_delete_days": 0}, "AzureBlobHistoryStorageArgs.container_soft_delete_days=0: whole days"),
+        ({"container_soft_delete_days": 366}, "AzureBlobHistoryStorageArgs.container_soft_delete_days=366"),
+        ({"container_soft_delete_days": True}, "AzureBlobHistoryStorageArgs.container_soft_delete_days=True"),
     ],
 )
 def test_bad_args_name_the_field(overrides: dict[str, Any], message: str) -> None:
