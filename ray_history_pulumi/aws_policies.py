@@ -109,6 +109,8 @@ def bucket_access_policy(
     if scoped and own_prefixes is not None:
         # "If the key ... is not present in the request context ... the condition is
         # false": a listing without a prefix (HeadBucket too) is denied.
+        # Listing objects only: s3:prefix is no condition key of ListBucketMultipartUploads.
+        list_statement["Action"] = SERVER_BUCKET_ACTIONS
         list_statement["Condition"] = {"StringLike": {"s3:prefix": [f"{prefix}*" for prefix in own_prefixes]}}
         objects.update(Sid="OwnNamespaceObjects", Resource=[f"{bucket_arn}/{prefix}*" for prefix in own_prefixes])
     elif root:

@@ -66,12 +66,13 @@ def container_soft_delete(
     *,
     account_name: pulumi.Input[str],
     resource_group_name: pulumi.Input[str],
-    days: int,
+    days: int | None,
     opts: pulumi.ResourceOptions,
 ) -> azure.storage.BlobServiceProperties:
     """Container soft delete on the account's blob service: a deleted container (and its
     blobs) can be restored for ``days`` days
-    (https://learn.microsoft.com/azure/storage/blobs/soft-delete-container-overview).
+    (https://learn.microsoft.com/azure/storage/blobs/soft-delete-container-overview); None
+    turns it off, explicitly: the blob service's properties outlive this resource.
 
     Why: a collector's identity holds Storage Blob Data Contributor, whose management action
     ``containers/delete`` no ABAC condition limits, so any job in a team's Ray pods could
@@ -82,6 +83,10 @@ def container_soft_delete(
         account_name=account_name,
         resource_group_name=resource_group_name,
         blob_services_name="default",  # the only name Azure accepts
-        container_delete_retention_policy=storage.DeleteRetentionPolicyArgs(enabled=True, days=days),
+        container_delete_retention_policy=(
+            storage.DeleteRetentionPolicyArgs(enabled=True, days=days)
+            if days is not None
+            else storage.DeleteRetentionPolicyArgs(enabled=False)
+        ),
         opts=opts,
     )

@@ -126,8 +126,9 @@ class AzureBlobHistoryStorageArgs:
             are collectors (writers not in ``index_maintainers``): their identity must never
             reach the indexes the server serves.
         container_soft_delete_days: keep a deleted container restorable this many days (1-365;
-            None: off). Storage Blob Data Contributor, which the collectors hold, carries the
-            management action ``containers/delete`` that no ABAC condition limits.
+            None: off, set explicitly where it was on). Storage Blob Data Contributor, which the
+            collectors hold, carries the management action ``containers/delete`` that no ABAC
+            condition limits.
         retention_days: delete blobs not modified for this many days; None keeps them forever.
             Object by object, a running session's too: with whole-session retention
             (:mod:`ray_history_pulumi.retention`) use it as a backstop, ``backstop_days(days)``.
@@ -288,14 +289,13 @@ class AzureBlobHistoryStorage(pulumi.ComponentResource):
                 days=args.retention_days,
                 opts=child,
             )
-        if args.container_soft_delete_days is not None:
-            container_soft_delete(
-                name,
-                account_name=self.account.name,
-                resource_group_name=args.resource_group_name,
-                days=args.container_soft_delete_days,
-                opts=child,
-            )
+        container_soft_delete(
+            name,
+            account_name=self.account.name,
+            resource_group_name=args.resource_group_name,
+            days=args.container_soft_delete_days,
+            opts=child,
+        )
 
         # The shared indexes get a container of their own: a role assignment's narrowest
         # scope is a container (https://learn.microsoft.com/azure/storage/blobs/assign-azure-role-data-access).

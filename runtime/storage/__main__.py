@@ -28,13 +28,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
-    try:
-        if args.namespace is not None:
+    if args.namespace is not None:
+        try:
             validate_namespace(args.namespace)
+        except InvalidKeyError as exc:
+            parser.exit(2, f"error: --namespace: {exc}\n")
+    try:
         config = StorageConfig.from_args(args)
         store = open_store(config, check=False)
-    except InvalidKeyError as exc:
-        parser.exit(2, f"error: --namespace: {exc}\n")
     except StorageConfigError as exc:
         parser.exit(2, f"error: {exc}\n")
     except StorageError as exc:

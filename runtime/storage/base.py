@@ -77,8 +77,8 @@ class ObjectStore(ABC):
 
     #: Backend name as used on the command line: local, gcs, s3, azureblob.
     backend: str = ""
-    #: Where a bucket check may list (the storage root, set by ``open_store``): a
-    #: least-privilege identity may list nothing outside it.
+    #: Where a bucket check may list (``ROOT/_selfcheck/``, set by ``open_store``): the one
+    #: prefix every identity may list, a collector's included.
     probe_prefix: str = ""
 
     def __init__(self, bucket: str, retry: RetryPolicy | None = None) -> None:

@@ -244,8 +244,8 @@ class S3Store(ObjectStore):
 
     def _bucket_exists(self) -> bool:
         # Not HeadBucket: it needs s3:ListBucket with no s3:prefix in the request, which
-        # a policy allowing listings only under the storage root (ours) denies. A
-        # one-key listing there needs nothing beyond what reading needs.
+        # our policies (listings only under prefixes they name) deny. A one-key listing
+        # under the probe prefix is allowed to every identity.
         args: dict[str, Any] = {"Bucket": self.bucket, "MaxKeys": 1}
         if self.probe_prefix:
             args["Prefix"] = self.probe_prefix

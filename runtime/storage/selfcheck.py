@@ -140,7 +140,7 @@ class _SelfCheck:
                         logger.debug("ignoring non-marker key %s", info.key)
         except PermanentStorageError as exc:
             if self.namespace is None:
-                hint = "a collector's identity lists only its own namespace's sessions: use --namespace NAMESPACE"
+                hint = "if access was denied: a collector's identity lists only its own namespace, use --namespace NS"
                 raise PermanentStorageError(
                     f"{exc.reason}; {hint}", backend=exc.backend, bucket=exc.bucket, key=exc.key
                 ) from exc

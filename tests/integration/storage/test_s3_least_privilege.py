@@ -280,5 +280,5 @@ def test_the_storage_check_passes_for_a_collector_that_names_its_namespace(s3: E
         assert iam.denied == [], iam.calls
         everyone = run_selfcheck(store, KeyLayout(root))
     assert [step.name for step in everyone.steps if not step.ok] == ["history"]
-    assert "use --namespace NAMESPACE" in everyone.steps[-1].detail
+    assert "lists only its own namespace, use --namespace NS" in everyone.steps[-1].detail
     assert [call.split()[0] for call in iam.denied] == ["ListObjectsV2"]
