@@ -45,9 +45,8 @@ from ray_history_pulumi.contracts import (
 from ray_history_pulumi.retention import RETENTION_SERVICE_ACCOUNT
 from ray_history_pulumi.storage_common import (
     account_resource_name,
+    collector_prefixes,
     former_account_aliases,
-    namespace_prefixes,
-    probe_prefix,
     resolve_index_maintainers,
     storage_env,
     validate_common,
@@ -341,7 +340,7 @@ class S3HistoryStorage(pulumi.ComponentResource):
         own_prefixes = None
         description = f"Ray history {kind}: {'read/write' if write else 'read-only'} access to one S3 bucket"
         if namespace:
-            own_prefixes = [*namespace_prefixes(args.root_dir, namespace), probe_prefix(args.root_dir)]
+            own_prefixes = collector_prefixes(args.root_dir, namespace)
             description = f"Ray history {kind} for namespace {namespace}: reads and writes its keys in one S3 bucket"
         if args.identity_mode == "irsa":
             trust: pulumi.Input[str] = pulumi.Output.all(args.oidc_provider_arn, args.oidc_issuer_url).apply(

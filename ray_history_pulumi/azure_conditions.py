@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 
-from ray_history_pulumi.storage_common import namespace_prefixes, probe_prefix
+from ray_history_pulumi.storage_common import collector_prefixes
 
 CONDITION_VERSION = "2.0"
 _BLOBS = "Microsoft.Storage/storageAccounts/blobServices/containers/blobs"
@@ -59,7 +59,7 @@ def namespace_condition(root_dir: str, namespace: str, container: str) -> str:
     serves): it reads, lists (naming such a prefix), writes, creates, deletes and renames only
     those, never another namespace's sessions, logs or markers, never ``ROOT/history-index/``.
     ``StringStartsWith`` is case-sensitive (conditions-format, operators)."""
-    prefixes = [*namespace_prefixes(root_dir, namespace), probe_prefix(root_dir)]
+    prefixes = collector_prefixes(root_dir, namespace)
     in_container = f"{CONTAINER_NAME} StringEquals {_literal(container)}"
     paths = " OR ".join(f"{BLOB_PATH} StringStartsWith {_literal(prefix)}" for prefix in prefixes)
     listed = " OR ".join(f"{LIST_PREFIX} StringStartsWith {_literal(prefix)}" for prefix in prefixes)

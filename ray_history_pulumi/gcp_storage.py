@@ -36,10 +36,9 @@ from ray_history_pulumi.gcp_services import lookup_options
 from ray_history_pulumi.retention import RETENTION_SERVICE_ACCOUNT
 from ray_history_pulumi.storage_common import (
     account_resource_name,
+    collector_prefixes,
     former_account_aliases,
     index_prefix,
-    namespace_prefixes,
-    probe_prefix,
     resolve_index_maintainers,
     storage_env,
     validate_common,
@@ -104,7 +103,7 @@ def namespace_write_condition(bucket: str, root_dir: str, namespace: str) -> str
     (:func:`bucket_only_condition`).
     """
     objects = f"projects/_/buckets/{bucket}/objects/"
-    prefixes = [*namespace_prefixes(root_dir, namespace), probe_prefix(root_dir)]
+    prefixes = collector_prefixes(root_dir, namespace)
     return " || ".join(f'resource.name.startsWith("{objects}{prefix}")' for prefix in prefixes)
 
 

@@ -38,6 +38,13 @@ def probe_prefix(root_dir: str) -> str:
     return KeyLayout(root_dir.strip("/")).probe_prefix()
 
 
+def collector_prefixes(root_dir: str, namespace: str) -> list[str]:
+    """Every key prefix a collector of ``namespace`` may read, list and write, and nothing
+    else: its namespace's sessions and markers, and the storage check's probes (which every
+    binary lists at start to prove its bucket exists)."""
+    return [*namespace_prefixes(root_dir, namespace), probe_prefix(root_dir)]
+
+
 def resolve_index_maintainers(
     what: str,
     writers: Sequence[ServiceAccountRef],
