@@ -87,11 +87,9 @@ def bucket_access_policy(
     can neither read nor change another team's history.
     """
     root = root_dir.strip("/")
-    scoped = write and own_prefixes is not None
+    base = f"{root}/" if root else ""
     if own_prefixes is not None and (
-        not scoped
-        or not own_prefixes
-        or any(not p or not p.startswith(f"{root}/" if root else "") for p in own_prefixes)
+        not write or not own_prefixes or any(not p or not p.startswith(base) for p in own_prefixes)
     ):
         raise ValueError(f"own_prefixes={list(own_prefixes)!r}: a writer's key prefixes, one or more under {root!r}")
     list_statement: dict[str, Any] = {
@@ -106,7 +104,7 @@ def bucket_access_policy(
         "Action": WRITER_OBJECT_ACTIONS if write else SERVER_OBJECT_ACTIONS,
         "Resource": f"{bucket_arn}/{root}/*" if root else f"{bucket_arn}/*",
     }
-    if scoped and own_prefixes is not None:
+    if own_prefixes is not None:
         # "If the key ... is not present in the request context ... the condition is
         # false": a listing without a prefix (HeadBucket too) is denied.
         # Listing objects only: s3:prefix is no condition key of ListBucketMultipartUploads.

@@ -17,14 +17,12 @@ _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 #: ``--shared-index`` of the history server, least access first: ``off`` never touches the
 #: shared indexes, ``read`` uses ones built elsewhere, ``write`` also uploads its own.
 SHARED_INDEX_MODES = ("off", "read", "write")
-#: Key prefix of the shared indexes under the storage root (KubeRay's Go server ignores it).
-INDEX_DIR = "history-index"
 
 
 def index_prefix(root_dir: str) -> str:
-    """Key prefix of the shared indexes: ``ROOT/history-index/``, ``history-index/`` at the bucket root."""
-    root = root_dir.strip("/")
-    return f"{root}/{INDEX_DIR}/" if root else f"{INDEX_DIR}/"
+    """Key prefix of the shared indexes: ``ROOT/history-index/``, ``history-index/`` at the
+    bucket root (KubeRay's Go server ignores it), as the layout builds it."""
+    return KeyLayout(root_dir.strip("/")).index_root_prefix()
 
 
 def namespace_prefixes(root_dir: str, namespace: str) -> list[str]:
