@@ -355,14 +355,12 @@ def test_bad_args_name_the_field(overrides: dict[str, Any], message: str) -> Non
 
 # ------------------------------------------------------------------ shared indexes
 def _server_policy_for(mocks: RecordingMocks, **overrides: Any) -> dict[str, Any]:
-    captured: list[dict[str, Any]] = []
-
-    @pulumi.runtime.test
-    def program() -> pulumi.Output[None]:
-        return _done(_storage(**overrides)).apply(lambda _: captured.append(_policy(mocks, "history-server")))
+    @settled  # the role's policy registers once the role's ARN resolves
+    def program() -> None:
+        _storage(**overrides)
 
     program()
-    return captured[0]
+    return _policy(mocks, "history-server")
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from ray_history_pulumi.history_server import (
 )
 from runtime.server import settings as server_settings
 from runtime.server.main import build_parser
-from tests.unit.infra.mocks import RecordedResource, RecordingMocks
+from tests.unit.infra.mocks import RecordedResource, RecordingMocks, settled
 from tests.unit.infra.schema_validation import validate_k8s
 
 K8S = "kubernetes:"
@@ -47,17 +47,15 @@ AZURE_WIRING = StorageWiring(
 
 def _deploy(args: HistoryServerArgs, preview: bool = False) -> list[RecordedResource]:
     mocks = RecordingMocks.install(preview=preview)
-    captured: list[RecordedResource] = []
 
-    @pulumi.runtime.test
-    def run() -> pulumi.Output[None]:
-        server = HistoryServerK8s("history", args)
-        return pulumi.Output.all(server.url, server.deployment.urn).apply(
-            lambda _: captured.extend(r for r in mocks.resources if r.typ.startswith(K8S))
-        )
+    # settled: read the resources only once every one has registered; the Ingress
+    # waits on the Service, so it can still be registering when the outputs resolve.
+    @settled
+    def run() -> None:
+        HistoryServerK8s("history", args)
 
     run()
-    return captured
+    return [r for r in mocks.resources if r.typ.startswith(K8S)]
 
 
 def _by_kind(resources: list[RecordedResource]) -> dict[str, dict[str, Any]]:

@@ -22,7 +22,7 @@ from ray_history_pulumi.retention import (
     backstop_days,
 )
 from runtime.cli.main import build_parser
-from tests.unit.infra.mocks import FAKE_KUBECONFIG, RecordedResource, RecordingMocks
+from tests.unit.infra.mocks import FAKE_KUBECONFIG, RecordedResource, RecordingMocks, settled
 from tests.unit.infra.schema_validation import validate_k8s
 from tests.unit.infra.test_config import stack_values
 from tests.unit.infra.test_program import engine_config
@@ -48,17 +48,13 @@ AZURE_WIRING = StorageWiring(
 
 def _deploy(args: SessionRetentionArgs) -> list[RecordedResource]:
     mocks = RecordingMocks.install()
-    captured: list[RecordedResource] = []
 
-    @pulumi.runtime.test
-    def run() -> pulumi.Output[None]:
-        retention = SessionRetention("retention", args)
-        return retention.cron_job.urn.apply(
-            lambda _: captured.extend(r for r in mocks.resources if r.typ.startswith(K8S))
-        )
+    @settled  # every resource registered before they are read
+    def run() -> None:
+        SessionRetention("retention", args)
 
     run()
-    return captured
+    return [r for r in mocks.resources if r.typ.startswith(K8S)]
 
 
 def _by_kind(resources: list[RecordedResource]) -> dict[str, dict[str, Any]]:
