@@ -8,8 +8,8 @@ Two ways, depending on the KubeRay operator the cluster runs:
   resources) and :func:`with_history_server_options` puts it into a RayCluster,
   RayJob or RayService.
 * Older operators (or the gate off): :func:`add_collector_sidecar` adds the
-  ``ray-history-collector`` container, the shared ``/tmp/ray`` emptyDir and Ray's
-  event-export variables to the head and every worker group, as the GKE guide
+  ``ray-history-collector`` container, the shared ``/tmp/ray`` emptyDir, the
+  collector's own spool emptyDir and Ray's event-export variables to the head and every worker group, as the GKE guide
   does by hand.
 
 Every function returns a new dict (the input is never mutated), is idempotent
@@ -30,6 +30,11 @@ from runtime.common.ray_export import EVENT_TYPES_VARS, EXPOSED_EVENT_TYPES
 COLLECTOR_CONTAINER = "ray-history-collector"
 RAY_DIR_VOLUME = "ray-history-ray-dir"
 RAY_TMP_ROOT = "/tmp/ray"  # noqa: S108 - Ray's temp root inside the pod, shared through an emptyDir
+#: The collector's event spool: an emptyDir only the collector mounts. On the volume
+#: shared with Ray (``$RAY_TMP_ROOT/event-data``, the collector's own default) the Ray job
+#: could swap spool files for links or FIFOs (docs/security-model.md).
+SPOOL_VOLUME = "ray-history-spool"
+EVENT_SPOOL_DIR = "/var/lib/ray-history/spool"
 EVENTS_PORT = 8084
 EVENTS_EXPORT_ADDR = f"http://localhost:{EVENTS_PORT}/v1/events"
 
@@ -173,6 +178,7 @@ def add_collector_sidecar(
             raise ManifestError(f"{where}.spec: expected a mapping")
         _apply_pod_identity(template, where, service_account_name, pod_labels or {})
         volume = _ensure_ray_dir_volume(pod, where)
+        _ensure_spool_volume(pod, where)
         containers = pod.get("containers")
         if not isinstance(containers, list) or not containers or not isinstance(containers[0], dict):
             raise ManifestError(f"{where}.spec.containers: the Ray container (containers[0]) is missing")
@@ -209,6 +215,7 @@ def collector_container(
             else "$(RAY_CLUSTER_NAME)-head-svc.$(RAY_CLUSTER_NAMESPACE).svc.cluster.local",
         },
         {"name": "RAY_TMP_ROOT", "value": RAY_TMP_ROOT},
+        {"name": "RAY_COLLECTOR_EVENT_DATA_DIR", "value": EVENT_SPOOL_DIR},
         {"name": "EVENTS_PORT", "value": str(EVENTS_PORT)},
     ]
     if role == "Head":
@@ -221,8 +228,11 @@ def collector_container(
         "command": ["collector"],
         "env": env,
         "resources": copy.deepcopy(dict(settings.resources)),
-        "volumeMounts": [{"name": volume, "mountPath": RAY_TMP_ROOT}],
-        # The Ray image runs as uid 1000 too; the emptyDir is shared between them.
+        "volumeMounts": [
+            {"name": volume, "mountPath": RAY_TMP_ROOT},
+            {"name": SPOOL_VOLUME, "mountPath": EVENT_SPOOL_DIR},
+        ],
+        # The Ray image runs as uid 1000 too; the /tmp/ray emptyDir is shared between them.
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": 1000,
@@ -341,6 +351,17 @@ def _ensure_ray_dir_volume(pod: dict[str, Any], where: str) -> str:
             return RAY_DIR_VOLUME
     volumes.append({"name": RAY_DIR_VOLUME, "emptyDir": {}})
     return RAY_DIR_VOLUME
+
+
+def _ensure_spool_volume(pod: dict[str, Any], where: str) -> None:
+    """The collector's private emptyDir for its event spool (mounted in no other container)."""
+    volumes = pod["volumes"]
+    for volume in volumes:
+        if isinstance(volume, dict) and volume.get("name") == SPOOL_VOLUME:
+            if "emptyDir" not in volume:
+                raise ManifestError(f"{where}.spec.volumes[{SPOOL_VOLUME}]: expected an emptyDir")
+            return
+    volumes.append({"name": SPOOL_VOLUME, "emptyDir": {}})
 
 
 def _prepare_ray_container(container: dict[str, Any], volume: str, where: str) -> None:

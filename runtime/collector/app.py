@@ -70,6 +70,13 @@ class Collector:
         self.started = threading.Event()
         self.bound_port = config.events_port
 
+        if config.event_data_dir.resolve().is_relative_to(config.ray_tmp_root.resolve()):
+            logger.warning(
+                "the event spool %s is under Ray's temp root %s, which the Ray job can write: "
+                "give it a volume of its own (--event-data-dir; docs/collector.md#where-the-spool-lives)",
+                config.event_data_dir,
+                config.ray_tmp_root,
+            )
         cluster_key = f"{config.cluster.name}_{config.cluster.namespace}"
         # One quarantine: invalid events from the receiver, unstorable files from the uploader.
         quarantine = Quarantine(config.event_data_dir / "quarantine" / f"{cluster_key}.jsonl")

@@ -194,7 +194,8 @@ class Spool:
         while len(self._open_fds) >= self.max_open_files:
             _victim_target, victim = self._open_fds.popitem(last=False)
             self._close_fd(victim)
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # A regular file only: a FIFO swapped in for it would block this open, under the lock.
+        return spool_files.open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 
     def _close_fd(self, active: _Active) -> None:
         """Close an active file's descriptor; what this batch wrote is synced first,
@@ -259,7 +260,7 @@ class Spool:
     def release(self, ready: ReadyFile) -> None:
         """Forget an uploaded file: delete it and prune empty directories."""
         try:
-            size = ready.path.stat().st_size
+            size = ready.path.lstat().st_size
         except FileNotFoundError:
             return
         ready.path.unlink(missing_ok=True)
@@ -289,13 +290,16 @@ class Spool:
                 if name.endswith(".tmp"):
                     path.unlink(missing_ok=True)
                     continue
-                found = spool_files.recover(path, self.dir) if Path(dirpath).is_relative_to(self.dir) else None
-                if found is not None:
-                    ready.append(found)
-                    used += found.size
-                    files += 1
-                elif path.exists():
-                    used += path.stat().st_size  # another cluster's spool: counted, not ours to send
+                try:
+                    found = spool_files.recover(path, self.dir) if Path(dirpath).is_relative_to(self.dir) else None
+                    if found is not None:
+                        ready.append(found)
+                        used += found.size
+                        files += 1
+                    elif path.exists():
+                        used += path.lstat().st_size  # another cluster's spool: counted, not ours to send
+                except OSError as exc:  # one bad name must not stop the collector from starting
+                    logger.warning("skipping %s in the event spool: %s", path, exc)
         with self._lock:
             self._used, self._files = used, files
         if ready:

@@ -5,14 +5,22 @@
 into what this module reads; a file's place under the spool directory mirrors its
 stored key (``{session}/{node|_unknown}/node_events/{opened_ns}.jsonl`` or
 ``.../job_events/{job}/...``), parsed by :mod:`runtime.storage.session_keys`.
+
+Every file here is opened by :func:`open_regular`: without following a link and only
+if it is a regular file. The spool belongs on a volume only the collector mounts
+(the Pulumi program's sidecar does so), but a spool left under ``$RAY_TMP_ROOT`` is
+writable by the Ray job, which could otherwise swap a spool file for a link to a
+secret (shipped as events), a FIFO (an upload worker blocked for good) or a dangling
+link (a crash at start, every restart).
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
 import logging
 import os
-import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +52,29 @@ class ReadyFile:
         return self.path.name.endswith(GZ_SUFFIX)
 
 
+class NotRegularFileError(OSError):
+    """A spool name that is a link, a FIFO, a directory or a device: never read, never sent."""
+
+
+def open_regular(path: Path, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """A descriptor of ``path`` if it is a regular file, not reached through a link in
+    its last component; raises :class:`NotRegularFileError` otherwise. O_NONBLOCK: opening a
+    FIFO returns at once instead of waiting for a writer."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotRegularFileError(errno.ELOOP, "a symbolic link", str(path)) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFileError(errno.EINVAL, "not a regular file", str(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def ready_name(active: Path) -> Path:
     """The name an active file gets when it is rotated (``X.jsonl.open`` -> ``X.jsonl``)."""
     return active.with_name(active.name[: -len(ACTIVE_SUFFIX)] + READY_SUFFIX)
@@ -51,25 +82,38 @@ def ready_name(active: Path) -> Path:
 
 def compress(ready: ReadyFile) -> ReadyFile:
     """gzip a rotated file in place (``X.jsonl`` -> ``X.jsonl.gz``) via a temp file
-    and rename, so a crash leaves either the plain file or the finished .gz."""
+    and rename, so a crash leaves either the plain file or the finished .gz. Reads
+    the size the file has when opened, no further."""
     gz_path = ready.path.with_name(ready.path.name[: -len(READY_SUFFIX)] + GZ_SUFFIX)
     tmp = gz_path.with_name(gz_path.name + ".tmp")
-    with open(ready.path, "rb") as src, open(tmp, "wb") as raw:
-        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
-            shutil.copyfileobj(src, gz, 1024 * 1024)
-        raw.flush()
-        os.fsync(raw.fileno())
+    tmp.unlink(missing_ok=True)  # O_EXCL below: never write through whatever had this name
+    with open(open_regular(ready.path), "rb") as src:
+        left = os.fstat(src.fileno()).st_size
+        tmp_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with open(tmp_fd, "wb") as raw:
+            with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+                while left > 0 and (chunk := src.read(min(left, 1024 * 1024))):
+                    gz.write(chunk)
+                    left -= len(chunk)
+            raw.flush()
+            os.fsync(raw.fileno())
     os.replace(tmp, gz_path)
     ready.path.unlink()
-    gz_size = gz_path.stat().st_size
+    gz_size = gz_path.lstat().st_size
     return ReadyFile(gz_path, ready.session, ready.node, ready.job, ready.opened_ns, gz_size, ready.lines)
 
 
 def recover(path: Path, cluster_dir: Path) -> ReadyFile | None:
     """The file ``path`` (under ``cluster_dir``) as a file to upload after a restart:
     an active one is finalised (its torn tail cut), a plain file with a .gz twin is
-    superseded by it; None for anything else (empty, unexpected: logged)."""
+    superseded by it; None for anything else (empty, unexpected: logged). A name that
+    is not a regular file (a link, a FIFO: see the module's docstring) is removed."""
     name = path.name
+    if not stat.S_ISREG(path.lstat().st_mode):
+        if name.endswith((ACTIVE_SUFFIX, READY_SUFFIX, GZ_SUFFIX)):
+            logger.warning("removing %s from the event spool: not a regular file", path)
+            path.unlink()
+        return None
     if name.endswith(ACTIVE_SUFFIX):
         cut_torn_tail(path)
         finished = ready_name(path)
@@ -88,7 +132,7 @@ def recover(path: Path, cluster_dir: Path) -> ReadyFile | None:
     if target is None or not stem.isdigit():
         logger.warning("ignoring unexpected file in the event spool: %s", path)
         return None
-    size = path.stat().st_size
+    size = path.lstat().st_size
     if size == 0:
         path.unlink()
         return None
@@ -106,10 +150,10 @@ def _target_from_path(path: Path, cluster_dir: Path) -> SpoolTarget | None:
 
 def cut_torn_tail(path: Path) -> None:
     """Truncate after the last newline: a partial line was never acknowledged."""
-    size = path.stat().st_size
-    if size == 0:
-        return
-    with open(path, "rb+") as fh:
+    with open(open_regular(path, os.O_RDWR), "rb+") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:
+            return
         step = 64 * 1024
         end = size
         while end > 0:

@@ -18,11 +18,12 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 from runtime.collector.events.parse import RejectedEvent
 from runtime.collector.events.quarantine import Quarantine
 from runtime.collector.events.spool import Spool
-from runtime.collector.events.spool_files import ReadyFile
+from runtime.collector.events.spool_files import NotRegularFileError, ReadyFile, open_regular
 from runtime.collector.metrics import CollectorMetrics
 from runtime.storage.base import ObjectStore
 from runtime.storage.errors import InvalidKeyError, StorageError
@@ -168,12 +169,18 @@ class EventUploader:
             self.metrics.upload_failures.labels(what="events", kind="InvalidKey").inc()
             self._set_aside(ready, exc)
             return
-        if self.compression and not ready.compressed:
-            ready = self.spool.compress(ready)
-            key = self._key(ready, node)
         started = time.monotonic()
         try:
-            self.store.put_file(key, ready.path)
+            if self.compression and not ready.compressed:
+                ready = self.spool.compress(ready)
+                key = self._key(ready, node)
+            with open(open_regular(ready.path), "rb") as fh:
+                self.store.put_open_file(key, fh)  # the file checked is the file sent, up to its size now
+        except NotRegularFileError as exc:
+            self.metrics.upload_failures.labels(what="events", kind="NotRegularFileError").inc()
+            logger.error("dropping %s from the event spool, never uploaded: %s", ready.path, exc.strerror)
+            self.spool.release(ready)
+            return
         except (StorageError, OSError) as exc:
             self.metrics.upload_failures.labels(what="events", kind=type(exc).__name__).inc()
             self._retry(ready, failures + 1, reason=str(exc))
@@ -236,8 +243,9 @@ class EventUploader:
 
 def _line_chunks(path: Path) -> Iterator[list[bytes]]:
     """A spool file's lines (gzip or plain), a bounded number at a time."""
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as fh:
+    raw = open(open_regular(path), "rb")  # noqa: SIM115 - closed with fh below
+    fh: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if path.name.endswith(".gz") else raw
+    with raw, fh:
         chunk: list[bytes] = []
         for line in fh:
             if line.strip():

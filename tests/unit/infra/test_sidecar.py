@@ -12,9 +12,11 @@ import yaml  # type: ignore[import-untyped]
 from infra.examples.generate import EXAMPLE_PATH, base_rayjob, render
 from infra.sidecar import (
     COLLECTOR_CONTAINER,
+    EVENT_SPOOL_DIR,
     EVENT_TYPES_VARS,
     EVENTS_EXPORT_ADDR,
     RAY_TMP_ROOT,
+    SPOOL_VOLUME,
     CollectorSettings,
     ManifestError,
     add_collector_sidecar,
@@ -119,6 +121,12 @@ def test_sidecar_on_head_and_every_worker_group_valid_against_crd(make: Any) -> 
         volume = next(v for v in pod["volumes"] if "emptyDir" in v)
         for container in (ray, collector):
             assert {"name": volume["name"], "mountPath": RAY_TMP_ROOT} in container["volumeMounts"]
+        # The event spool is the collector's alone: the Ray job cannot swap its files.
+        assert {"name": SPOOL_VOLUME, "emptyDir": {}} in pod["volumes"]
+        assert {"name": SPOOL_VOLUME, "mountPath": EVENT_SPOOL_DIR} in collector["volumeMounts"]
+        assert all(m["name"] != SPOOL_VOLUME for m in ray["volumeMounts"])
+        assert _env(collector)["RAY_COLLECTOR_EVENT_DATA_DIR"] == EVENT_SPOOL_DIR
+        assert not EVENT_SPOOL_DIR.startswith(RAY_TMP_ROOT + "/")
         assert collector["securityContext"]["runAsNonRoot"] is True
         assert collector["resources"]["limits"]["memory"] == "256Mi"
 
@@ -154,8 +162,14 @@ def test_existing_tmp_ray_volume_is_reused() -> None:
     pod["containers"][0]["volumeMounts"] = [{"name": "logs", "mountPath": "/tmp/ray"}]
     result = add_collector_sidecar(manifest, SETTINGS)
     head = result["spec"]["headGroupSpec"]["template"]["spec"]
-    assert head["volumes"] == [{"name": "logs", "emptyDir": {"sizeLimit": "5Gi"}}]
-    assert head["containers"][1]["volumeMounts"] == [{"name": "logs", "mountPath": "/tmp/ray"}]
+    assert head["volumes"] == [
+        {"name": "logs", "emptyDir": {"sizeLimit": "5Gi"}},
+        {"name": SPOOL_VOLUME, "emptyDir": {}},
+    ]
+    assert head["containers"][1]["volumeMounts"] == [
+        {"name": "logs", "mountPath": "/tmp/ray"},
+        {"name": SPOOL_VOLUME, "mountPath": EVENT_SPOOL_DIR},
+    ]
     validate_ray(result)
 
 
