@@ -17,6 +17,9 @@ import re
 
 SESSION_LABEL = "SessionName"
 _SESSION_VALUE = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
+#: A backslash before a letter or digit: a class or an anchor in RE2 (``\d``, ``\w``, ``\A``),
+#: never what Grafana's escaping of a variable produces (it escapes punctuation only).
+_CLASS_ESCAPE = re.compile(r"\\[A-Za-z0-9]")
 _TOKEN = re.compile(
     r"""\s*(?:
       (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)
@@ -61,6 +64,8 @@ def _session_value(op: str, value: str) -> str | None:
     if op == "=" and _SESSION_VALUE.match(value):
         return value
     if op == "=~":
+        if _CLASS_ESCAPE.search(value):
+            return None  # \d, \w, \pL ...: a class to Prometheus, not the letter left once unescaped
         plain = re.sub(r"\\(.)", r"\1", value)  # Grafana escapes regex characters in variables
         if _SESSION_VALUE.match(plain):
             return plain

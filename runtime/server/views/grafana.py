@@ -71,6 +71,7 @@ def _grafana_url() -> str:
 @bp.route(GRAFANA_PREFIX + "/<path:path>", methods=METHODS)
 def grafana(path: str) -> Response:
     base = _grafana_url()
+    _refuse_dot_segments(path)
     metrics = services().config.metrics
     query = request.query_string.decode("latin-1")
     body: bytes | None = None
@@ -99,6 +100,15 @@ def grafana(path: str) -> Response:
         body=body,
         what="Grafana",
     )
+
+
+def _refuse_dot_segments(path: str) -> None:
+    """The allow-lists below judge the path as written, Grafana (and the HTTP client on
+    the way) the path with its dot segments resolved: ``public/../api/...`` would pass as
+    a static asset and reach any Grafana API. Such a path is refused, never cleaned."""
+    segments = path.split("/")
+    if any(segment in (".", "..") for segment in segments) or "" in segments[:-1] or "\\" in path:
+        raise ApiError(400, f"{GRAFANA_PREFIX}/{path}: a path with '.', '..', empty segments or '\\' is not served")
 
 
 def _page_window(query: str) -> str | None:

@@ -34,6 +34,10 @@ def test_pinned_queries_pass(query: str, sessions: set[str]) -> None:
         ('ray_node_mem_used{instance="a"}', "exactly one SessionName"),
         ('up{SessionName=~".*"}', "exactly one SessionName"),
         ('up{SessionName=~"a|b"}', "exactly one SessionName"),
+        # \d is a digit class to Prometheus: unescaped it would pin "..._dddd", a name this
+        # caller may read, while the series of another session ("..._1234") match.
+        (f'up{{SessionName=~"{S[:-4]}\\\\d\\\\d\\\\d\\\\d"}}', "exactly one SessionName"),
+        ('up{SessionName=~"session\\\\w"}', "exactly one SessionName"),
         ('up{SessionName!="a"}', "exactly one SessionName"),
         ('up{SessionName="a", SessionName="b"}', "exactly one SessionName"),
         ('{__name__=~".+"}', "exactly one SessionName"),

@@ -251,6 +251,25 @@ def test_static_assets_pass_and_other_paths_are_refused(world: World) -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/grafana/public/../api/datasources/proxy/uid/prom/api/v1/query",
+        "/grafana/public/%2e%2e/api/datasources/proxy/uid/prom/api/v1/query",
+        "/grafana/public/./build/../../api/users",
+        "/grafana/public//api/users",
+        "/grafana/public/build\\..\\..\\api/users",
+    ],
+)
+def test_dot_segments_never_reach_grafana(guarded: World, path: str) -> None:
+    """``public/..`` passed the static allow-list as written and reached Grafana's
+    datasource proxy resolved: every session's series, no session check."""
+    bob = guarded.client(select=None, token="bob-token")
+    answer = bob.get(path, query_string={"query": "ray_node_mem_used"})
+    assert "is not served" in _json(answer, 400)["msg"]
+    assert not [r for r in guarded.upstream.requests if r.path != "/grafana/api/health"]
+
+
 LOOKUP = "/grafana/api/datasources/uid/prom/resources/api/v1/label/ray_io_cluster/values"
 
 
