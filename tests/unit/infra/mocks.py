@@ -11,7 +11,7 @@ Usage::
     def mocks() -> RecordingMocks:
         return RecordingMocks.install()
 
-    @pulumi.runtime.test
+    @settled  # not pulumi.runtime.test: the check runs only once every resource has registered
     def test_something(mocks: RecordingMocks) -> pulumi.Output[None]:
         comp = SomeComponent("x", ...)
         return comp.bucket_name.apply(lambda _: check(mocks.one("gcp:storage/bucket:Bucket").inputs))

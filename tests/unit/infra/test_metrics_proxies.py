@@ -24,7 +24,14 @@ from ray_history_pulumi.metrics_proxies import (
     AwsIdentity,
     sigv4_proxy,
 )
-from tests.unit.infra.mocks import AWS_ACCOUNT, AWS_REGION, GCP_PROJECT_NUMBER, RecordedResource, RecordingMocks
+from tests.unit.infra.mocks import (
+    AWS_ACCOUNT,
+    AWS_REGION,
+    GCP_PROJECT_NUMBER,
+    RecordedResource,
+    RecordingMocks,
+    settled,
+)
 from tests.unit.infra.schema_validation import validate_k8s
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -39,7 +46,7 @@ def _deploy(args: RayMetricsArgs) -> tuple[dict[str, Any], list[RecordedResource
     mocks = RecordingMocks.install()
     env: dict[str, Any] = {}
 
-    @pulumi.runtime.test
+    @settled
     def run() -> pulumi.Output[None]:
         metrics = RayMetrics("metrics", args)
         return pulumi.Output.all(**metrics.server_env).apply(env.update)
@@ -240,7 +247,7 @@ def test_sigv4_proxy_role_and_policy_names_fit_aws_limits() -> None:
     for name, prefixed in (("metrics-sigv4", (False, False)), ("m" * 60, (True, False)), ("m" * 125, (True, True))):
         mocks = RecordingMocks.install()
 
-        @pulumi.runtime.test
+        @settled
         def run(name: str = name) -> pulumi.Output[Any]:
             proxy = sigv4_proxy(
                 name,
@@ -275,7 +282,7 @@ def test_gmp_frontend_project_lookup_waits_like_its_grant() -> None:
 
     mocks = RecordingMocks.install()
 
-    @pulumi.runtime.test
+    @settled
     def run() -> pulumi.Output[Any]:
         apis = GcpProjectServices("apis", GcpProjectServicesArgs(project="demo-proj"))
         proxy = gmp_frontend(

@@ -19,7 +19,7 @@ import pytest
 from infra.config import NAMESPACE
 from infra.program import deploy
 from ray_history_pulumi.kuberay import HISTORY_SERVER_GATE
-from tests.unit.infra.mocks import AKS_ISSUER, FAKE_KUBECONFIG, RecordedResource, RecordingMocks, State
+from tests.unit.infra.mocks import AKS_ISSUER, FAKE_KUBECONFIG, RecordedResource, RecordingMocks, State, settled
 from tests.unit.infra.test_config import stack_values
 
 STACKS = ("gke", "eks", "aks", "kind")
@@ -97,7 +97,7 @@ def run_stack(stack: str) -> StackRun:
     outputs: dict[str, Any] = {}
     secret: list[bool] = []
 
-    @pulumi.runtime.test
+    @settled
     def program() -> pulumi.Output[None]:
         deployment = deploy()
         is_secret = pulumi.Output.from_input(deployment.cluster.kubeconfig.is_secret())
@@ -121,7 +121,7 @@ def deploy_with(
     pulumi.runtime.set_all_config(engine_config(values))
     outputs: dict[str, Any] = {}
 
-    @pulumi.runtime.test
+    @settled
     def program() -> pulumi.Output[None]:
         return pulumi.Output.from_input(deploy().outputs).apply(outputs.update)
 
@@ -372,7 +372,7 @@ def test_kubeconfig_from_a_cluster_stack() -> None:
     pulumi.runtime.set_all_config(engine_config(values))
     done: list[str] = []
 
-    @pulumi.runtime.test
+    @settled
     def program() -> pulumi.Output[None]:
         return pulumi.Output.from_input(deploy().outputs).apply(lambda _: done.append("ok"))
 

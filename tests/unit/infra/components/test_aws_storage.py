@@ -295,7 +295,7 @@ def test_irsa_wiring_annotates_service_accounts(mocks: RecordingMocks) -> pulumi
 def test_pod_identity_trust_and_associations(mocks: RecordingMocks) -> None:
     built: list[S3HistoryStorage] = []
 
-    @pulumi.runtime.test
+    @settled
     def program() -> pulumi.Output[Any]:
         built.append(
             _storage(
@@ -305,7 +305,7 @@ def test_pod_identity_trust_and_associations(mocks: RecordingMocks) -> None:
         return _done(built[0])
 
     # The associations register once the roles' ARNs resolve: check after every
-    # registration finished (the decorator waits for them), not inside an apply.
+    # registration finished (settled waits for every one), not inside an apply.
     program()
     storage = built[0]
     for role in mocks.of_type("aws:iam/role:Role"):
@@ -429,7 +429,7 @@ def allowed(policy: dict[str, Any], action: str, resource: str) -> bool:
 def _policies_for(mocks: RecordingMocks, **overrides: Any) -> dict[str, dict[str, Any]]:
     captured: dict[str, dict[str, Any]] = {}
 
-    @pulumi.runtime.test
+    @settled  # the role policies register once the roles' ARNs resolve; the apply runs after them
     def program() -> pulumi.Output[None]:
         return _done(_storage(**overrides)).apply(
             lambda _: captured.update(
@@ -553,7 +553,7 @@ def test_role_and_policy_names_fit_aws_limits_for_a_long_component_name() -> Non
     for name, prefixed in (("history", (False, False)), ("h" * 70, (True, False)), ("h" * 130, (True, True))):
         mocks = RecordingMocks.install()
 
-        @pulumi.runtime.test
+        @settled
         def program(name: str = name) -> pulumi.Output[Any]:
             args = S3HistoryStorageArgs(
                 identity_mode="pod-identity", cluster_name="demo-eks", writers=WRITERS, server=SERVER
@@ -613,7 +613,7 @@ def test_a_long_namespace_keeps_role_names_within_aws_limits() -> None:
     mocks = RecordingMocks.install()
     long_a, long_b = "a" * 62 + "x", "a" * 62 + "y"
 
-    @pulumi.runtime.test
+    @settled
     def program() -> pulumi.Output[Any]:
         writers = [ServiceAccountRef(long_a, "ray"), ServiceAccountRef(long_b, "ray")]
         args = S3HistoryStorageArgs(identity_mode="pod-identity", cluster_name="demo-eks", writers=writers)

@@ -100,12 +100,12 @@ def test_federated_credentials_per_service_account(mocks: RecordingMocks) -> pul
 
 
 def test_role_assignments_scoped_to_the_container(mocks: RecordingMocks) -> None:
-    @pulumi.runtime.test
+    @settled
     def program() -> pulumi.Output[Any]:
         return _done(_storage())
 
     # Role assignments register once the identities' principal ids resolve: check after
-    # every registration finished (the decorator waits for them), not inside an apply.
+    # every registration finished (settled waits for every one), not inside an apply.
     program()
     containers = {r.inputs["containerName"]: r.resource_id for r in mocks.of_type("azure-native:storage:BlobContainer")}
     container_id = containers["ray-historyserver"]
@@ -161,7 +161,7 @@ def test_role_assignments_scoped_to_the_container(mocks: RecordingMocks) -> None
 def test_account_scope_option(mocks: RecordingMocks) -> None:
     built: list[AzureBlobHistoryStorage] = []
 
-    @pulumi.runtime.test
+    @settled
     def program() -> pulumi.Output[Any]:
         built.append(_storage(role_scope="account", writers=[]))
         return _done(built[0])
@@ -307,7 +307,7 @@ def _grants(mocks: RecordingMocks, **overrides: Any) -> tuple[dict[str, tuple[st
     """(assignment name -> (role, container name or "account")), container name -> id, the storage."""
     built: list[AzureBlobHistoryStorage] = []
 
-    @pulumi.runtime.test
+    @settled
     def program() -> pulumi.Output[Any]:
         built.append(_storage(**overrides))
         return _done(built[0])

@@ -128,7 +128,7 @@ def test_eks_oidc_provider_pod_identity_addon_and_kubeconfig(mocks: RecordingMoc
 def _eks_with_name(name: str) -> RecordingMocks:
     mocks = RecordingMocks.install()
 
-    @pulumi.runtime.test
+    @settled
     def run() -> pulumi.Output[None]:
         eks = EksCluster(name, EksClusterArgs(subnet_ids=["subnet-a", "subnet-b"], cluster_name=name))
         return eks.kubeconfig.apply(lambda _: None)

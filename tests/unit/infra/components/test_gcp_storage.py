@@ -220,7 +220,7 @@ def test_provider_check_catches_a_default_provider(mocks: RecordingMocks) -> pul
 def _iam(mocks: RecordingMocks, **overrides: object) -> list[dict[str, object]]:
     captured: list[dict[str, object]] = []
 
-    @pulumi.runtime.test
+    @settled
     def program() -> pulumi.Output[None]:
         storage = _storage(**overrides)
         return pulumi.Output.all(storage.bucket_name, *storage.members.values()).apply(lambda _: None)

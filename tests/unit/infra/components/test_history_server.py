@@ -261,7 +261,7 @@ def test_deployment_waits_for_the_server_identity() -> None:
     mocks = RecordingMocks.install()
     names: list[str] = []
 
-    @pulumi.runtime.test
+    @settled
     def run() -> pulumi.Output[None]:
         grant = pulumi.CustomResource("test:index:Grant", "server-grant", {})
         wiring = StorageWiring(

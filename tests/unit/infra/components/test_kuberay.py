@@ -15,7 +15,7 @@ from ray_history_pulumi.kuberay import (
     KubeRayOperatorArgs,
     feature_gates,
 )
-from tests.unit.infra.mocks import FAKE_KUBECONFIG, RecordingMocks
+from tests.unit.infra.mocks import FAKE_KUBECONFIG, RecordingMocks, settled
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 
@@ -75,7 +75,7 @@ def test_other_values_deep_merge() -> None:
 def test_release_inputs(preview: bool) -> None:
     mocks = RecordingMocks.install(preview=preview)
 
-    @pulumi.runtime.test
+    @settled
     def run() -> pulumi.Output[None]:
         provider = k8s.Provider("cluster", kubeconfig=FAKE_KUBECONFIG)
         operator = KubeRayOperator(

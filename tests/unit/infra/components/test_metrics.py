@@ -11,7 +11,6 @@ import json
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
-import pulumi
 import pytest
 import yaml  # type: ignore[import-untyped]
 
@@ -19,7 +18,7 @@ from ray_history_pulumi import grafana
 from ray_history_pulumi.metrics import KPS_CHART_VERSION, KPS_HELM_REPO, RayMetrics, RayMetricsArgs
 from ray_history_pulumi.metrics_managed import AMP_COLLECTOR_USER, ManagedMetricsArgs
 from tests.unit.infra.metrics_schemas import validate_scrape_object
-from tests.unit.infra.mocks import AWS_ACCOUNT, AWS_REGION, RecordedResource, RecordingMocks
+from tests.unit.infra.mocks import AWS_ACCOUNT, AWS_REGION, RecordedResource, RecordingMocks, settled
 from tests.unit.infra.schema_validation import validate_k8s
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -40,7 +39,7 @@ def _deploy(args: RayMetricsArgs) -> tuple[RayMetrics, list[RecordedResource]]:
     mocks = RecordingMocks.install({"aws:eks/getCluster:getCluster": _get_cluster})
     made: list[RayMetrics] = []
 
-    @pulumi.runtime.test
+    @settled
     def run() -> None:
         made.append(RayMetrics("metrics", args))
 

@@ -17,7 +17,7 @@ from ray_history_pulumi import package
 from ray_history_pulumi.package import COMPONENTS, PACKAGE_NAME
 from tests.unit.infra.front_door_schemas import validate_front_door
 from tests.unit.infra.metrics_schemas import validate_scrape_object
-from tests.unit.infra.mocks import RecordingMocks
+from tests.unit.infra.mocks import RecordingMocks, settled
 from tests.unit.infra.schema_validation import validate_k8s
 
 REPO = Path(__file__).resolve().parents[4]
@@ -97,7 +97,7 @@ def _construct(component: type, args: dict[str, Any]) -> RecordingMocks:
     mocks = RecordingMocks.install()
     seen: dict[str, Any] = {}
 
-    @pulumi.runtime.test
+    @settled
     def run() -> pulumi.Output[None]:
         made = component("history", args)
         return pulumi.Output.all(made.bucket_name, made.server_url, made.namespace, made.collector_env).apply(

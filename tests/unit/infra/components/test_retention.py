@@ -126,7 +126,7 @@ def test_cron_job_waits_for_the_writer_identity() -> None:
     mocks = RecordingMocks.install()
     done: list[str] = []
 
-    @pulumi.runtime.test
+    @settled
     def run() -> pulumi.Output[None]:
         grant = pulumi.CustomResource("test:index:Grant", "gc-grant", {})
         wiring = StorageWiring(backend="s3", bucket="b", env={"STORAGE_BACKEND": "s3"}, server=IdentityWiring(),
@@ -232,7 +232,7 @@ def _deploy_stack(stack: str, days: int | None) -> RecordingMocks:
     mocks = RecordingMocks.install()
     pulumi.runtime.set_all_config(engine_config(values))
 
-    @pulumi.runtime.test
+    @settled
     def program() -> pulumi.Output[None]:
         return pulumi.Output.from_input(deploy().outputs).apply(lambda _: None)
 

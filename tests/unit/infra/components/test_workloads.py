@@ -9,7 +9,7 @@ import pytest
 
 from ray_history_pulumi.contracts import IdentityWiring, StorageWiring
 from ray_history_pulumi.workloads import RayWorkloadAccounts, RayWorkloadAccountsArgs
-from tests.unit.infra.mocks import RecordedResource, RecordingMocks
+from tests.unit.infra.mocks import RecordedResource, RecordingMocks, settled
 from tests.unit.infra.schema_validation import validate_k8s
 
 ROLE = "arn:aws:iam::123456789012:role/ray-history-writer"
@@ -43,7 +43,7 @@ def _deploy(args: RayWorkloadAccountsArgs) -> tuple[RayWorkloadAccounts, list[Re
     mocks = RecordingMocks.install()
     out: list[Any] = []
 
-    @pulumi.runtime.test
+    @settled
     def run() -> pulumi.Output[None]:
         accounts = RayWorkloadAccounts("writers", args)
         out.append(accounts)

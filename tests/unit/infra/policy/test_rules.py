@@ -15,7 +15,7 @@ from infra.policy import rules
 from infra.policy.pack import PACK_NAME, build_policies
 from ray_history_pulumi.contracts import IdentityWiring, StorageWiring
 from ray_history_pulumi.history_server import HistoryServerArgs, HistoryServerK8s
-from tests.unit.infra.mocks import RecordedResource, RecordingMocks
+from tests.unit.infra.mocks import RecordedResource, RecordingMocks, settled
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 
@@ -209,7 +209,7 @@ def test_what_we_deploy_passes_the_pack() -> None:
     )
     recorded: list[RecordedResource] = []
 
-    @pulumi.runtime.test
+    @settled  # the apply runs once every resource (some wait on others' outputs) has registered
     def run() -> pulumi.Output[None]:
         server = HistoryServerK8s("history", HistoryServerArgs(image="img:1", wiring=wiring))
         return server.deployment.urn.apply(lambda _: recorded.extend(mocks.resources))
