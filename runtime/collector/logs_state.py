@@ -38,6 +38,8 @@ BACKOFF_CAP = 60.0
 UPLOAD_GAP_FACTOR = 2.0
 #: ... but on slow storage it is never left stale for longer than this.
 MAX_UPLOAD_GAP = 600.0
+#: Uploads submitted to the pool at once (the rest wait their turn in the list).
+IN_FLIGHT = 256
 
 
 def backoff(failures: int) -> float:
@@ -144,15 +146,24 @@ class UploadState:
     def run(self, jobs: list[UploadJob], deadline: float | None) -> tuple[list[Outcome], int]:
         """Run jobs on the pool; with a deadline, stop waiting when it passes.
         Returns the outcomes and how many jobs were not done."""
-        if not jobs:
-            return [], 0
-        futures = [self._pool.submit(self._execute, job, deadline) for job in jobs]
-        done, pending = wait(futures, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
-        for future in pending:
-            future.cancel()
-        outcomes = [f.result() for f in done]
+        outcomes: list[Outcome] = []
+        not_done = 0
+        # A bounded number in flight: one future per file of a node with tens of
+        # thousands of logs held ~1 KiB each at once, past the sidecar's memory limit.
+        for first in range(0, len(jobs), IN_FLIGHT):
+            chunk = jobs[first : first + IN_FLIGHT]
+            if deadline is not None and time.monotonic() >= deadline:
+                not_done += len(chunk)
+                continue
+            futures = [self._pool.submit(self._execute, job, deadline) for job in chunk]
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done, pending = wait(futures, timeout=timeout)
+            for future in pending:
+                future.cancel()
+            not_done += len(pending)
+            outcomes.extend(f.result() for f in done)
         self._apply(outcomes)
-        return outcomes, len(pending) + sum(o.status == "skipped" for o in outcomes)
+        return outcomes, not_done + sum(o.status == "skipped" for o in outcomes)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -49,9 +49,11 @@ def resolve_session_latest(tmp_root: Path) -> Path | None:
     if not resolved.is_dir():
         return None
     # Keep the path under tmp_root even when the link is absolute to another mount
-    # of the same emptyDir (the Ray container may see it at a different path).
+    # of the same emptyDir (the Ray container may see it at a different path). A
+    # session directory that is not in tmp_root is none of Ray's: the link is the
+    # Ray job's to change, and whatever it named would be shipped as this node's logs.
     local = tmp_root / resolved.name
-    return local if local.is_dir() else resolved
+    return local if resolved.name.startswith("session_") and local.is_dir() else None
 
 
 def list_session_dirs(tmp_root: Path) -> list[Path]:

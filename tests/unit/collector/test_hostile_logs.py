@@ -6,17 +6,23 @@ opened."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
-from typing import BinaryIO
+from types import SimpleNamespace
+from typing import BinaryIO, cast
 
 import pytest
 
+from runtime.collector import logs_state
 from runtime.collector.log_files import UnsafePathError, iter_log_files, open_log_file
 from runtime.collector.logs import LogShipper
 from runtime.collector.logs_prev import UploadJob
-from runtime.collector.session_files import node_id_from_session_dir
+from runtime.collector.metrics import CollectorMetrics
+from runtime.collector.session_files import node_id_from_session_dir, resolve_session_latest
+from runtime.storage.local import LocalStore
 from tests.unit.collector.log_support import (
     NODE_A,
     NODE_B,
@@ -221,3 +227,68 @@ def test_the_node_id_is_never_read_through_a_link_nor_blocks_on_a_fifo(tmp_path:
     (real / "logs").mkdir(parents=True)
     (real / "logs" / "raylet.out").write_bytes(f"Setting node ID node_id={'a' * 56}\n".encode())
     assert node_id_from_session_dir(real) == "a" * 56
+
+
+def test_uploads_of_tens_of_thousands_of_files_are_submitted_a_bounded_number_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node with 80,000 log files (worker churn, or a job making empty files) used to
+    get one future per file at once: ~1 KiB each, past the sidecar's 256 MiB limit, and
+    the OOM-killed collector met the same files again after its restart."""
+    monkeypatch.setattr(logs_state, "IN_FLIGHT", 8, raising=False)
+    state = logs_state.UploadState(
+        store=LocalStore(tmp_path), metrics=CollectorMetrics(), upload_interval=1.0,
+        stopping=threading.Event(), workers=2,
+    )  # fmt: skip
+    lock = threading.Lock()
+    running = peak = 0
+
+    def execute(job: UploadJob, _deadline: float | None) -> logs_state.Outcome:
+        time.sleep(0.002)
+        return logs_state.Outcome(job, "skipped")
+
+    real_submit = state._pool.submit
+
+    def submit(fn: Callable[..., logs_state.Outcome], *args: object) -> Future[logs_state.Outcome]:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        future = real_submit(fn, *args)
+
+        def finished(_: object) -> None:
+            nonlocal running
+            with lock:
+                running -= 1
+
+        future.add_done_callback(finished)
+        return future
+
+    monkeypatch.setattr(state, "_execute", execute)
+    monkeypatch.setattr(state._pool, "submit", submit)
+    jobs = [
+        cast(UploadJob, SimpleNamespace(file=SimpleNamespace(path=Path(f"/logs/w-{n}.out"), size=0), live=False))
+        for n in range(200)
+    ]
+    try:
+        outcomes, left = state.run(jobs, None)
+    finally:
+        state.shutdown()
+    assert len(outcomes) == 200 and left == 200  # all ran (as "skipped" here)
+    assert peak <= 8
+
+
+def test_session_latest_pointing_outside_rays_temp_root_is_no_session(tmp_path: Path) -> None:
+    """The job re-points ``session_latest`` at a directory of its choosing outside the
+    temp root: that directory used to become the session, and the anchor of its own
+    checks, and its ``logs/`` were shipped as the node's."""
+    root = tmp_path / "ray"
+    outside = tmp_path / "elsewhere" / "session_2026-11-22_01-45-25_333080_9264"
+    (outside / "logs").mkdir(parents=True)
+    (outside / "logs" / "private.txt").write_text("not Ray's")
+    root.mkdir()
+    (root / "session_latest").symlink_to(outside)
+    assert resolve_session_latest(root) is None
+    # The same name inside the temp root (another mount of the same emptyDir) is used.
+    (root / outside.name).mkdir()
+    assert resolve_session_latest(root) == root / outside.name
