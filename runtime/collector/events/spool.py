@@ -250,7 +250,15 @@ class Spool:
             self._account(0, -1)
             return
         ready_path = ready_name(active.path)
-        os.replace(active.path, ready_path)
+        try:
+            os.replace(active.path, ready_path)
+        except OSError as exc:
+            # One file must not stop the rotation of the others (the shutdown's included).
+            # Gone: its events are lost with it. Still there: the next start resumes it.
+            logger.error("cannot rotate spool file %s: %s", active.path, exc)
+            if not os.path.lexists(active.path):
+                self._account(-active.size, -1)
+            return
         target = active.target
         self._on_ready(
             ReadyFile(ready_path, target.session, target.node, target.job, active.opened_ns, active.size, active.lines)

@@ -165,3 +165,16 @@ def test_resume_skips_links_and_fifos_and_truncates_nothing_through_them(tmp_pat
     assert victim.read_bytes() == b"line1\nno-newline-tail"
     assert secret.read_bytes() == SECRET
     assert not [p for p in (tmp_path / "event-data").rglob("*") if p.is_symlink() or p.is_fifo()]
+
+
+def test_an_active_file_deleted_under_the_spool_does_not_stop_the_other_rotations(tmp_path: Path) -> None:
+    """The shutdown's final rotation used to stop at the first file it could not rename,
+    leaving every later one unsent until the next start."""
+    with collector(tmp_path) as c:
+        c.spool.write({SpoolTarget(S, NODE, f"0{n}000000"): [b'{"n":%d}' % n] for n in range(1, 4)})
+        first, *_ = active_files(tmp_path)
+        first.unlink()
+        assert c.spool.rotate_all() == 3
+        assert c.drain()
+        assert sorted(c.stored().values()) == [b'{"n":2}\n', b'{"n":3}\n']
+        assert c.spool.file_count == 0 and c.spool.used_bytes == 0
