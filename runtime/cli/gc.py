@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -32,8 +33,9 @@ from runtime.common.durations import parse_duration
 from runtime.common.settings import Checked
 from runtime.storage.base import ObjectInfo, ObjectStore
 from runtime.storage.config import StorageConfig, open_store
-from runtime.storage.errors import PermanentStorageError, StorageConfigError, StorageError
+from runtime.storage.errors import InvalidKeyError, PermanentStorageError, StorageConfigError, StorageError
 from runtime.storage.index_store import open_index_store
+from runtime.storage.keys import validate_key
 from runtime.storage.layout import KeyLayout
 from runtime.storage.retention import Decision, SessionRecord, select, summarise
 
@@ -120,9 +122,13 @@ def run(args: argparse.Namespace) -> int:
         config = StorageConfig.from_args(args)
     except StorageConfigError as exc:
         raise UsageError(str(exc)) from None
+    if args.dry_run:
+        config = dataclasses.replace(config, create_bucket=False)  # a mistyped bucket is an error, not made
     cutoff = datetime.now(UTC) - timedelta(seconds=args.older_than)
     try:
         store = open_store(config)
+    except StorageConfigError as exc:  # e.g. a backend's settings missing from the environment
+        raise UsageError(str(exc)) from None
     except PermanentStorageError as exc:
         raise CliError(f"storage is not usable: {exc}") from None
     index_store = _index_store(args, config, store)
@@ -189,6 +195,10 @@ def _apply(
         deleted = delete_session(store, layout, record, cutoff, index_store=index_store)
     except _WrittenSinceScanError as exc:
         return Outcome(decision, "kept", str(exc))
+    except InvalidKeyError as exc:  # before any delete: the session stays whole and listed
+        logger.warning("not deleting %s %s: %s", _cluster_name(record), record.session, exc)
+        why = f"{decision.reason}; not deleted, it holds a key this tool cannot delete: {exc}"
+        return Outcome(decision, "failed", why)
     except StorageError as exc:
         logger.warning("deleting %s %s failed: %s", _cluster_name(record), record.session, exc)
         return Outcome(decision, "failed", f"{decision.reason}; deleting failed: {exc}")
@@ -219,6 +229,11 @@ def delete_session(
     fresh = next((o for o in objects if o.updated is None or o.updated >= cutoff), None)
     if fresh is not None:
         raise _WrittenSinceScanError(f"kept: {fresh.key} was written after the cutoff (since the scan)")
+    # Every key checked before the first delete: one the storage layer refuses (a
+    # backslash in a log's name, written by another tool) would otherwise stop the
+    # run halfway through this session, and every later run at the same place.
+    for info in objects:
+        validate_key(info.key)
     # First: without its marker the server no longer lists the session, so a run that
     # fails midway never leaves a listed session with objects missing. The keys as
     # listed, not as rebuilt: a marker's kind segment may be capitalised.

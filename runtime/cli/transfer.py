@@ -5,18 +5,20 @@ from __future__ import annotations
 import argparse
 
 from runtime.cli import render
-from runtime.cli.errors import CliError
+from runtime.cli.errors import CliError, UsageError
 from runtime.cli.progress import human_bytes, note
 from runtime.cli.storage_source import storage_config
 from runtime.storage.base import ObjectStore
 from runtime.storage.config import StorageConfig, open_store
-from runtime.storage.errors import PermanentStorageError
+from runtime.storage.errors import PermanentStorageError, StorageConfigError
 
 
 def _open(args: argparse.Namespace) -> tuple[StorageConfig, ObjectStore]:
     config = storage_config(args)
     try:
         return config, open_store(config)
+    except StorageConfigError as exc:  # e.g. a backend's settings missing from the environment
+        raise UsageError(str(exc)) from None
     except PermanentStorageError as exc:
         raise CliError(f"storage is not usable: {exc}") from None
 

@@ -11,11 +11,13 @@ whole, and only once it has *ended*:
   by the time in its name, which is the head's *local* time: a DST change or a
   clock set back can name the running session earlier than the one it replaced, so
   a name less than :data:`NAME_CLOCK_SLACK` later counts only if that session was
-  also written to later; or
+  also written to later, and a name further apart only if that session was written
+  to no more than :data:`NAME_CLOCK_SLACK` before it (a head clock that ran fast
+  names a long-ended session "later"); or
 * the live set is known and the cluster is not in it (its RayCluster is gone).
 
-The collector writes no "session ended" marker (at shutdown it rewrites the
-ordinary session marker), so there is no third rule. A session's end time is the
+The collector's end marker (``session_ended.json``) is not a third rule: any job of
+the namespace holds the credential that writes it. A session's end time is the
 newest modification time of any of its objects (marker included); it is deleted
 when that time lies strictly before the cutoff. Whatever cannot be shown to have
 ended -- the newest session of a live cluster, or of a cluster whose liveness is
@@ -164,13 +166,19 @@ def _ended_because(record: SessionRecord, sessions: list[SessionRecord], live: C
 def _succeeds(other: SessionRecord, record: SessionRecord, started: datetime) -> bool:
     """Whether ``other`` certainly started after ``record`` (which started at ``started``)."""
     created = other.created_at
-    if created is None or created <= started:
+    if created is None or created <= started or other.newest is None:
         return False
+    if record.newest is None:  # nothing to compare (and kept all the same: no modification times)
+        return created - started > NAME_CLOCK_SLACK
     if created - started > NAME_CLOCK_SLACK:
-        return True
+        # Far apart by name, but a head clock that ran fast (or was set back) names a
+        # session "later" that ended long before: the successor must also have been
+        # written to within a day of ``record``'s last write (an ended session's last
+        # logs may be uploaded just after its successor started).
+        return other.newest >= record.newest - NAME_CLOCK_SLACK
     # Names this close may be in the wrong order: the one written to last is the one
     # that may still run, so it is never ended by the other.
-    return other.newest is not None and record.newest is not None and other.newest > record.newest
+    return other.newest > record.newest
 
 
 def _decide(record: SessionRecord, ended: str, cutoff: datetime) -> Decision:
@@ -187,12 +195,18 @@ def _why_kept(record: SessionRecord, sessions: list[SessionRecord], live: Collec
     started = record.created_at
     if started is None:
         return "may be running: its name carries no start time, so no newer session can end it"
-    named_later = [s for s in sessions if (t := s.created_at) is not None and t > started]
+    named_later = [(t, s) for s in sessions if (t := s.created_at) is not None and t > started]
     if named_later:
+        created, later = min(named_later, key=lambda pair: _order(pair[1]))
         hours = NAME_CLOCK_SLACK.total_seconds() / 3600
+        if created - started <= NAME_CLOCK_SLACK:
+            return (
+                f"may be running: {later.session} is named less than {hours:g}h later "
+                "but was not written to later (session names carry the head's local time)"
+            )
         return (
-            f"may be running: {min(named_later, key=_order).session} is named less than {hours:g}h later "
-            "but was not written to later (session names carry the head's local time)"
+            f"may be running: {later.session} is named later but was last written more than {hours:g}h "
+            "before it (a head clock that was wrong names sessions out of order)"
         )
     if live is None:
         return "may be running: the newest session of its cluster, whose liveness was not checked"

@@ -362,3 +362,63 @@ def test_gc_runs_without_rich(tmp_path: Path) -> None:
                           check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "deleted" in done.stdout and "1 deleted, 1 kept" in done.stderr
+
+
+# ------------------------------------------------------------ what gc must survive
+def test_a_key_the_tool_cannot_delete_fails_its_session_whole_and_the_run_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A log named with a backslash (legal in every bucket, refused by our key rules)
+    used to stop the run at that session, after its marker was gone, on every run: the
+    namespaces sorting after it were never cleaned again."""
+    layout = KeyLayout()
+    first, later = ClusterRef("aaa", "c"), ClusterRef("zzz", "c")
+    odd = _write_session(tmp_path, first, S1, 40, layout=layout)
+    _write_session(tmp_path, first, S2, 40, layout=layout)
+    cleaned = _write_session(tmp_path, later, S1, 40, layout=layout)
+    _write_session(tmp_path, later, S2, 40, layout=layout)
+    bad = tmp_path / layout.session_prefix(first, S1) / NODE / "logs" / "a\\b.log"
+    bad.parent.mkdir(parents=True, exist_ok=True)
+    bad.write_bytes(b"x")
+    when = time.time() - 40 * DAY
+    os.utime(bad, (when, when))
+
+    with pytest.raises(SystemExit) as exited:
+        _gc(tmp_path, "--older-than=30d", capsys=capsys)
+    assert exited.value.code == 1
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    actions = {(row["namespace"], row["session"]): (row["action"], row["reason"]) for row in rows}
+    action, reason = actions["aaa", S1]
+    assert action == "failed" and "holds a key this tool cannot delete" in reason
+    assert actions["zzz", S1][0] == "deleted"
+    assert set(odd) <= _files(tmp_path)  # whole, marker included: still listed
+    assert not set(cleaned) & _files(tmp_path)
+
+
+def test_a_missing_backend_setting_is_a_message_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("GCS_BUCKET", "STORAGE_BUCKET", "AZURE_STORAGE_CONTAINER", "AZURE_STORAGE_ACCOUNT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for argv in (
+        ["gc", "--older-than=1d", "--storage-backend=gcs"],
+        ["export", "--namespace=default", "--cluster=c", "--session=latest", "--storage-backend=gcs", "-o",
+         str(tmp_path / "a.tar")],
+    ):  # fmt: skip
+        with pytest.raises(SystemExit) as exited:
+            cli_main.main(argv)
+        assert exited.value.code == 2, argv
+        err = capsys.readouterr().err
+        assert "bucket" in err.lower() and "Traceback" not in err, err
+
+
+def test_a_dry_run_never_creates_the_bucket(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "mistyped"
+    with pytest.raises(SystemExit) as exited:
+        cli_main.main(
+            ["gc", "--storage-backend=local", f"--local-storage-dir={missing}", "--older-than=30d", "--dry-run",
+             "--create-bucket"]
+        )  # fmt: skip
+    assert exited.value.code == 1
+    assert not missing.exists()
+    assert "storage is not usable" in capsys.readouterr().err

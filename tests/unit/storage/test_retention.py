@@ -103,10 +103,26 @@ def test_a_close_successor_written_later_ends_a_session() -> None:
     assert not decisions["raycluster-demo", second].delete
 
 
-def test_a_successor_named_more_than_a_day_later_ends_a_session_whatever_its_write_times() -> None:
+def test_a_successor_named_more_than_a_day_later_ends_a_session_written_up_to_a_day_after_it() -> None:
     # Logs of an ended session may be uploaded after its successor's last write.
-    records = [_record(DEMO, S1, OLD), _record(DEMO, S2, OLD - timedelta(days=1))]
+    records = [_record(DEMO, S1, OLD), _record(DEMO, S2, OLD - timedelta(hours=25))]
     assert _deleted(select(records, cutoff=CUTOFF)) == {("raycluster-demo", S1)}
+
+
+@pytest.mark.parametrize("live", [None, {("default", "raycluster-demo")}])
+def test_a_session_named_far_later_by_a_fast_clock_does_not_end_the_running_one(
+    live: set[tuple[str, str]] | None,
+) -> None:
+    """The head's clock ran a year fast, then was fixed: the long-ended session is named
+    2027 and the running (idle) one 2026. Ordered by name alone, gc deleted the running
+    session and kept the stale one for ever."""
+    stale = "session_2027-06-01_00-00-00_000001_1"
+    running = "session_2026-03-01_00-00-00_000001_2"
+    records = [_record(DEMO, stale, OLD - timedelta(days=160)), _record(DEMO, running, OLD)]
+    decisions = _by_session(select(records, cutoff=CUTOFF, live=live))
+    kept = decisions["raycluster-demo", running]
+    assert not kept.delete
+    assert f"may be running: {stale} is named later but was last written more than 26h before it" in kept.reason
 
 
 # --------------------------------------------------------------- rule (b)
@@ -132,7 +148,7 @@ def test_liveness_matches_namespace_and_name() -> None:
 
 # ----------------------------------------------------------------- cutoff
 def test_an_ended_session_written_to_recently_is_kept() -> None:
-    records = [_record(DEMO, S1, RECENT), _record(DEMO, S2, OLD)]
+    records = [_record(DEMO, S1, RECENT), _record(DEMO, S2, RECENT + timedelta(days=1))]
     decisions = _by_session(select(records, cutoff=CUTOFF))
     kept = decisions["raycluster-demo", S1]
     assert not kept.delete
