@@ -25,11 +25,17 @@ from runtime.storage.session_keys import LogFile, log_rel_key, parse_session_key
 logger = logging.getLogger(__name__)
 
 _RESOURCE_SCALE = 10_000.0
-_NODE_GROUP = re.compile(r'"ray\.io/node-group"\s*:\s*"([^"]+)"')
-_TOTAL = re.compile(r'"total"\s*:\s*\{([^}]*)\}')
-_AVAILABLE = re.compile(r'"available"\s*:\s*\{([^}]*)\}')
-#: ``CPU: [20000]`` or per-instance ``GPU: [10000, 10000, 5000, 0]``; also bare numbers.
-_RESOURCE = re.compile(r"([A-Za-z0-9_:./\-]+):\s*(\[[^\]]*\]|[0-9.eE+\-]+)")
+# Every pattern here is linear in the line: ``debug_state.txt`` is in the logs the Ray
+# job writes, and a backtracking pattern on a crafted 100 KB line held the GIL for minutes.
+_NODE_GROUP_START = re.compile(r'"ray\.io/node-group"\s*:\s*"')
+_TOTAL_START = re.compile(r'"total"\s*:\s*\{')
+_AVAILABLE_START = re.compile(r'"available"\s*:\s*\{')
+_RESOURCE_NAME = re.compile(r"[A-Za-z0-9_:./\-]+")
+_NUMBER = re.compile(r"[0-9.eE+\-]+")
+_MAP_SEPARATORS = re.compile(r"[\[\],]")
+#: What is read of a node's debug_state.txt (Ray's is a few KiB; the scheduler
+#: section is near the top).
+MAX_DEBUG_STATE_BYTES = 1024 * 1024
 
 #: DEAD reasons that are not failures.
 _EXPECTED_DEATHS = ("EXPECTED_TERMINATION", "AUTOSCALER_DRAIN_IDLE")
@@ -50,16 +56,51 @@ class NodeDebugState:
 
 
 def _resource_map(text: str) -> dict[str, float]:
+    """``CPU: [20000, 10000], node:10.0.0.1: [10000], GPU: 5000`` as resource -> units."""
     resources: dict[str, float] = {}
-    for key, raw in _RESOURCE.findall(text):
-        if key.startswith("node:"):
+    for entry in _top_level_entries(text):
+        key, colon, raw = entry.rpartition(":")  # names may hold colons; values never do
+        key, raw = key.strip(), raw.strip()
+        if not colon or not _RESOURCE_NAME.fullmatch(key) or key.startswith("node:"):
+            continue
+        if raw.startswith("[") and raw.endswith("]"):
+            parts = [v for v in raw[1:-1].split(",") if v.strip()]
+        elif _NUMBER.fullmatch(raw):
+            parts = [raw]
+        else:
             continue
         try:
-            values = [float(v) for v in raw.strip("[]").split(",") if v.strip()]
+            values = [float(v) for v in parts]
         except ValueError:
             continue
         resources[key] = sum(values) / _RESOURCE_SCALE
     return resources
+
+
+def _top_level_entries(text: str) -> list[str]:
+    """``text`` split at the commas outside ``[...]``."""
+    entries: list[str] = []
+    depth = start = 0
+    for sep in _MAP_SEPARATORS.finditer(text):
+        char = sep.group()
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            entries.append(text[start : sep.start()])
+            start = sep.end()
+    entries.append(text[start:])
+    return entries
+
+
+def _braced_after(start: re.Pattern[str], text: str) -> str | None:
+    """What lies between the first match of ``start`` (ending in ``{``) and the next ``}``."""
+    found = start.search(text)
+    if found is None:
+        return None
+    end = text.find("}", found.end())
+    return text[found.end() : end] if end >= 0 else None
 
 
 def parse_debug_state(text: str) -> NodeDebugState | None:
@@ -74,13 +115,15 @@ def parse_debug_state(text: str) -> NodeDebugState | None:
         elif "cluster_resource_scheduler state:" in line:
             detail = lines[i + 1] if i + 1 < len(lines) else ""
             state.is_idle = "is_idle: 1" in detail
-            if match := _NODE_GROUP.search(detail):
-                state.node_group = match.group(1)
+            if found := _NODE_GROUP_START.search(detail):
+                end = detail.find('"', found.end())
+                if end > found.end():
+                    state.node_group = detail[found.end() : end]
             # The first maps on the line are the local node's ("Local resources").
-            if match := _TOTAL.search(detail):
-                state.total = _resource_map(match.group(1))
-            if match := _AVAILABLE.search(detail):
-                state.available = _resource_map(match.group(1))
+            if (total := _braced_after(_TOTAL_START, detail)) is not None:
+                state.total = _resource_map(total)
+            if (available := _braced_after(_AVAILABLE_START, detail)) is not None:
+                state.available = _resource_map(available)
             return state
     return None
 

@@ -12,7 +12,7 @@ from runtime.server.context import SessionContext, services, session_route
 from runtime.server.errors import ApiError, json_response
 from runtime.server.grafana.probes import grafana_probe, metrics_probe, prometheus_probe
 from runtime.server.queries import state
-from runtime.server.queries.cluster_status import DEBUG_STATE, cluster_status_text
+from runtime.server.queries.cluster_status import DEBUG_STATE, MAX_DEBUG_STATE_BYTES, cluster_status_text
 from runtime.server.session_end import has_ended
 from runtime.storage.errors import InvalidKeyError, ObjectNotFoundError
 from runtime.storage.layout import session_created_at
@@ -103,7 +103,8 @@ def cluster_status(ctx: SessionContext) -> Response:
 
     def read(node_id: str) -> bytes | None:
         try:
-            return ctx.store.get_bytes(ctx.layout.log_key(ctx.cluster, ctx.session, node_id, DEBUG_STATE))
+            key = ctx.layout.log_key(ctx.cluster, ctx.session, node_id, DEBUG_STATE)
+            return ctx.store.get_range(key, 0, MAX_DEBUG_STATE_BYTES)  # the job writes it: bounded
         except (ObjectNotFoundError, InvalidKeyError):
             return None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tarfile
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -204,3 +205,23 @@ def test_pending_demands_grouped_by_shape(tmp_path: Path) -> None:
         inputs = gather(index, lambda _: None, None)
     assert inputs.demands == {(("CPU", 1.0),): 3, (("CPU", 1.0), ("GPU", 0.5)): 1}
     assert inputs.timestamp is None
+
+
+@pytest.mark.parametrize(
+    "detail",
+    [
+        '"total":{' + "a" * 200_000 + "}",  # one huge resource name without a value
+        '"total":{' * 20_000,  # the map opened again and again, never closed
+        '"total":{' + "CPU: [" * 30_000 + "}",  # values opened, never closed
+        '"labels":{' + '"ray.io/node-group":"' * 20_000,
+    ],
+    ids=["long-name", "reopened-map", "open-values", "open-group"],
+)
+def test_a_crafted_debug_state_line_parses_in_linear_time(detail: str) -> None:
+    """debug_state.txt is in the logs the Ray job writes: the old patterns backtracked
+    (a 100 KB map took 113 s, holding the GIL of the whole worker)."""
+    text = "Node ID: abc\ncluster_resource_scheduler state:\n" + detail + "\n"
+    started = time.perf_counter()
+    state = parse_debug_state(text)
+    assert time.perf_counter() - started < 1.0
+    assert state is not None and state.node_id == "abc"
