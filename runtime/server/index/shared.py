@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import sqlite3
 import tempfile
 import threading
 from collections import deque
@@ -148,6 +149,13 @@ class SharedIndexes:
 
                 refresh_objects(tmp, listing, self.layout.session_prefix(cluster, session))
             install_index(tmp, path)
+        except sqlite3.Error as exc:
+            # Past the checks yet unreadable (damaged pages): raising here failed every
+            # build of the session, for as long as that object stayed in the bucket.
+            _remove(tmp)
+            self.metrics.shared_downloads.labels("rejected").inc()
+            logger.warning("shared index of %s rejected, building locally: %s", session, exc)
+            return False
         except BaseException:
             _remove(tmp)
             raise

@@ -342,3 +342,35 @@ def test_writes_to_an_index_do_not_trust_its_schema(honest: Path, store: ObjectS
         index.store_computed("k", b"v")  # best effort: refused, nothing stored
         assert index.computed("k") is None
         assert index.scalar("SELECT count(*) FROM computed WHERE key LIKE 'planted-%'") == 0
+
+
+def _trash_table(path: Path, table: str) -> None:
+    """Overwrite the root page of ``table`` with garbage; schema and meta stay intact."""
+    conn = sqlite3.connect(path)
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+    conn.close()
+    with open(path, "r+b") as fh:
+        fh.seek((root - 1) * page_size)
+        fh.write(b"\xa5" * page_size)
+
+
+def test_damaged_pages_past_the_checks_are_rebuilt_not_a_failed_build(
+    tmp_path: Path, store: ObjectStore, sample: StoredSample, honest: Path
+) -> None:
+    """Schema and meta intact, the objects table's pages not: refreshing the object list
+    raised out of the build, so every request for the session failed for as long as
+    the object stayed in the bucket. It is rejected and the session built locally."""
+    conn = sqlite3.connect(honest)
+    tasks = conn.execute("SELECT count(*) FROM tasks").fetchone()[0]
+    conn.close()
+    _trash_table(honest, "objects")
+    assert index_file_problem(honest, _events_fp(store, sample)) is None  # what the cheap checks see
+    _plant(store, sample, honest)
+    store.put_bytes(LAYOUT.log_key(sample.cluster, sample.session, sample.node_id, "late.log"), b"late\n")
+    metrics = ServerMetrics()
+    server = IndexCache(_config(tmp_path, "server", "read"), store=store, layout=LAYOUT, metrics=metrics)
+    with server.open(sample.cluster, sample.session) as index:
+        assert index.scalar("SELECT count(*) FROM tasks") == tasks > 0
+    assert metrics.registry.get_sample_value("historyserver_shared_index_downloads_total", {"result": "rejected"}) == 1
+    assert metrics.registry.get_sample_value("historyserver_index_builds_total", {"outcome": "ok"}) == 1
