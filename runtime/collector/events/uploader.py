@@ -16,9 +16,8 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO
 
 from runtime.collector.events.parse import RejectedEvent
 from runtime.collector.events.quarantine import Quarantine
@@ -243,9 +242,8 @@ class EventUploader:
 
 def _line_chunks(path: Path) -> Iterator[list[bytes]]:
     """A spool file's lines (gzip or plain), a bounded number at a time."""
-    raw = open(open_regular(path), "rb")  # noqa: SIM115 - closed with fh below
-    fh: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if path.name.endswith(".gz") else raw
-    with raw, fh:
+    with open(open_regular(path), "rb") as raw:
+        fh: Iterable[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if path.name.endswith(".gz") else raw
         chunk: list[bytes] = []
         for line in fh:
             if line.strip():
