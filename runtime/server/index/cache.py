@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runtime.server.errors import ApiError, IndexBuildingError
-from runtime.server.index.fingerprint import fingerprints
+from runtime.server.index.fingerprint import fingerprints, is_log_events
 from runtime.server.index.jobs import BuildJob, BuildJobs, lower_priority
 from runtime.server.index.locks import SLOTS_DIR, KeyedLocks, file_lock, lock_path, queued_slot, remove_lock_file
 from runtime.server.index.progress import BuildProgress, ProgressFile
@@ -281,10 +281,11 @@ class IndexCache:
     ) -> None:
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.building")
         prefix = self.layout.session_prefix(cluster, session)
-        events = [info for info in listing if _is_event_key(info.key, prefix)]
+        events = [info for info in listing if _is_build_input(info.key, prefix)]
         event_bytes = sum(info.size for info in events)
         # By what the objects hold once read: a .gz one's stored size understates it
         # (~10x; a bomb is cut at 100x, inflating no more than that, see sources.py).
+        # Log-event files count too: a big one replayed inline held its memory here.
         in_child = sum(likely_size(info) for info in events) > self.config.subprocess_build_bytes
         mode = "subprocess" if in_child else "inline"
         started = time.perf_counter()
@@ -409,9 +410,10 @@ def _stamp_path(path: Path) -> Path:
     return path.with_suffix(".checked")
 
 
-def _is_event_key(key: str, session_prefix: str) -> bool:
-    """An event object the build replays: what sizes the build (inline or child)."""
-    return is_readable_event_file(parse_session_key(relative_key(key, session_prefix)))
+def _is_build_input(key: str, session_prefix: str) -> bool:
+    """An object the build replays (events, log events): what sizes it (inline or child)."""
+    item = parse_session_key(relative_key(key, session_prefix))
+    return is_readable_event_file(item) or is_log_events(item)
 
 
 def _schema_ok(path: Path) -> bool:

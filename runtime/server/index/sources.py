@@ -141,15 +141,15 @@ def read_all(
 
 def stream_lines(store: ObjectStore, info: ObjectInfo, counts: StreamCounts | None = None) -> Iterator[bytes]:
     """A big object as blobs of whole lines (gunzipped by the ``.gz`` suffix, within
-    its inflate allowance). A legacy JSON array cannot be split: it is yielded whole.
-    A line over STREAM_MAX_LINE is dropped (counted in ``counts``). Raises
-    StorageError or zlib.error (InflateLimitError past the allowance) like the
+    its inflate allowance). A legacy JSON array cannot be split: it is yielded whole,
+    or dropped past STREAM_MAX_LINE like a line over it (counted in ``counts``).
+    Raises StorageError or zlib.error (InflateLimitError past the allowance) like the
     underlying reads."""
     pieces: Iterable[bytes] = store.iter_chunks(info.key, STREAM_CHUNK)
     if info.key.endswith(".gz"):
         pieces = _inflated(pieces, inflate_allowance(info.size))
+    pieces = iter(pieces)
     carry = b""
-    array: list[bytes] | None = None
     started = False
     skipping = False  # inside a line over STREAM_MAX_LINE: dropped up to its newline
     for piece in pieces:
@@ -157,10 +157,8 @@ def stream_lines(store: ObjectStore, info: ObjectInfo, counts: StreamCounts | No
         if not started and data.strip():
             started = True
             if data.lstrip()[:1] == b"[":
-                array = []  # a legacy array: collected whole
-        if array is not None:
-            array.append(data)
-            continue
+                yield from _whole_array(data, pieces, info.key, counts)
+                return
         if skipping:
             end = data.find(b"\n")
             if end < 0:
@@ -177,10 +175,23 @@ def stream_lines(store: ObjectStore, info: ObjectInfo, counts: StreamCounts | No
             carry, skipping = b"", True
             if counts is not None:
                 counts.long_lines += 1
-    if array is not None:
-        yield b"".join(array)
-    elif carry:
+    if carry:
         yield carry
+
+
+def _whole_array(first: bytes, rest: Iterator[bytes], key: str, counts: StreamCounts | None) -> Iterator[bytes]:
+    """A legacy JSON array, joined; nothing past STREAM_MAX_LINE (one unsplittable value)."""
+    array = [first]
+    size = len(first)
+    for piece in rest:
+        size += len(piece)
+        if size > STREAM_MAX_LINE:
+            logger.warning("%s: dropping a JSON array longer than %d bytes", key, STREAM_MAX_LINE)
+            if counts is not None:
+                counts.long_lines += 1
+            return
+        array.append(piece)
+    yield b"".join(array)
 
 
 def _inflated(chunks: Iterable[bytes], limit: int) -> Iterator[bytes]:

@@ -23,8 +23,11 @@ FIRST_CHUNK = 64 * 1024
 MAX_CHUNK = 8 * 1024 * 1024
 STREAM_CHUNK = 1024 * 1024
 #: A tail never buffers more than this; beyond it the answer starts at the first
-#: line boundary inside the last MAX_TAIL_BYTES (logged). 10 000 lines of 6 KiB fit.
-MAX_TAIL_BYTES = 64 * 1024 * 1024
+#: line boundary inside the last MAX_TAIL_BYTES (logged). 10 000 lines of 1.6 KiB fit.
+#: A request holds it about three times over (chunks, joined, ANSI-filtered), and a
+#: Ray job chooses how long its lines are: 64 MiB let eight tails of one 1 GiB line
+#: hold 1.5 GiB of one worker.
+MAX_TAIL_BYTES = 16 * 1024 * 1024
 
 #: SGR sequences (colours), the ones Ray's loggers emit; what ``filter_ansi_code`` removes.
 ANSI_SGR = re.compile(rb"\x1b\[[0-9;]*m")
@@ -86,6 +89,7 @@ def tail_window(
         pos = offset
         size = min(size * 2, max_chunk)
     data = b"".join(reversed(chunks))
+    chunks.clear()  # the pieces go before the answer is filtered or sent
     if cut is None and pos > start:
         # Hit max_bytes: drop a partial first line so the answer starts cleanly.
         logger.warning("log tail capped at %d bytes (%d of %d lines found)", max_bytes, found, lines)

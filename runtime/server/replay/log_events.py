@@ -7,6 +7,11 @@ server rejects numbers, but Ray's RAYLET events carry one). Grouped by
 wins), each job trimmed to its newest 10 000 once it passes 11 000. The stored
 object is the live dashboard's: every key camelCased recursively, ``\\n``/``\\r``
 sequences in ``message`` turned into newlines, plus ``time`` (UTC) as Ray adds.
+
+These files are in the logs a Ray job writes, so what is held is bounded: each event
+as its JSON bytes (a parsed dict took ~25x the line), a job trimmed while being fed
+once it holds twice :data:`TRIM_TO` (the same rows as trimming at the end), and at most
+:data:`MAX_HELD` events in all (later ones are counted in ``bad_lines``).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import orjson
 MAX_LINE_BYTES = 2 * 1024 * 1024
 TRIM_ABOVE = 11_000
 TRIM_TO = 10_000
+#: Events held at once across all jobs: past it, a new event is not kept.
+MAX_HELD = 200_000
 GLOBAL = "global"
 LogEventRow = tuple[str, float, str, bytes]
 
@@ -28,10 +35,12 @@ LogEventRow = tuple[str, float, str, bytes]
 class LogEvents:
     """Collects the events of every log-event file of a session."""
 
-    by_job: dict[str, dict[str, tuple[float, dict[str, Any]]]] = field(default_factory=dict)
+    by_job: dict[str, dict[str, tuple[float, bytes]]] = field(default_factory=dict)
     bad_lines: int = 0
     files: int = 0
     _camel: dict[str, str] = field(default_factory=dict)
+    _trimmed: set[str] = field(default_factory=set)  # jobs trimmed while fed: trimmed again at the end
+    _held: int = 0
 
     def feed(self, data: bytes, new_file: bool = True) -> None:
         """Whole lines of a log-event file (``new_file=False``: a further part of one)."""
@@ -66,8 +75,23 @@ class LogEvents:
             converted["time"] = _format_time(ts)
         events = self.by_job.setdefault(job_key, {})
         event_id = str(event["event_id"])
-        events.pop(event_id, None)  # last write wins, and counts as the newest arrival
-        events[event_id] = (ts, converted)  # type: ignore[assignment]
+        if events.pop(event_id, None) is None:  # last write wins, and counts as the newest arrival
+            if self._held >= MAX_HELD:
+                self.bad_lines += 1
+                return
+            self._held += 1
+        events[event_id] = (ts, orjson.dumps(converted))
+        if len(events) >= 2 * TRIM_TO:
+            self._trim(job_key, events)
+
+    def _trim(self, job: str, events: dict[str, tuple[float, bytes]]) -> None:
+        """Keep the job's newest :data:`TRIM_TO` (by time, then arrival, as :meth:`rows`
+        orders them): an event dropped here would not have been among them at the end."""
+        newest = sorted(events.items(), key=lambda kv: kv[1][0])[-TRIM_TO:]
+        self._held -= len(events) - len(newest)
+        events.clear()
+        events.update(newest)
+        self._trimmed.add(job)
 
     def _convert(self, value: object) -> object:
         if isinstance(value, dict):
@@ -90,9 +114,9 @@ class LogEvents:
         rows: list[LogEventRow] = []
         for job, events in self.by_job.items():
             items = sorted(events.items(), key=lambda kv: kv[1][0])
-            if len(items) > TRIM_ABOVE:
+            if len(items) > TRIM_ABOVE or job in self._trimmed:
                 items = items[-TRIM_TO:]
-            rows.extend((job, ts, event_id, orjson.dumps(obj)) for event_id, (ts, obj) in items)
+            rows.extend((job, ts, event_id, data) for event_id, (ts, data) in items)
         return rows
 
 

@@ -201,3 +201,21 @@ def test_unknown_session_is_404(config: ServerConfig, store: ObjectStore) -> Non
     with pytest.raises(ApiError) as err:
         cache.ensure(ClusterRef("default", "nothing"), "session_2026-01-01_00-00-00_000000_1")
     assert err.value.status == 404
+
+
+def test_log_event_files_count_when_sizing_the_build(tmp_path: Path, store: ObjectStore, sample: StoredSample) -> None:
+    """A Ray job writes logs/events/: a session with small event objects and a big
+    log-event file was built inside the serving process, which held it many times over."""
+    prefix = sample.session_prefix
+    event_bytes = sum(i.size for i in store.walk(prefix) if "_events/" in i.key)
+    line = b'{"event_id": "%d", "timestamp": "1", "message": "x"}\n'
+    store.put_bytes(
+        f"{prefix}{sample.node_id}/logs/events/event_EXTRA.log", b"".join(line % n for n in range(event_bytes // 40))
+    )
+    config = _config(tmp_path, subprocess_build_bytes=event_bytes + event_bytes // 2)
+    cache, metrics = _cache(config, store)
+    assert _task_count(cache, sample) > 0
+    mode = metrics.registry.get_sample_value(
+        "historyserver_session_load_duration_seconds_count", {"mode": "subprocess"}
+    )
+    assert mode == 1

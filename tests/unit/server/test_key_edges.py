@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runtime.server.index import schema
-from runtime.server.index.cache import _is_event_key
+from runtime.server.index.cache import _is_build_input
 from runtime.server.index.reader import SessionIndex
 from runtime.server.index.sources import classify
 from runtime.server.logs.catalog import NODES_WITH_LOGS_PARAMS, NODES_WITH_LOGS_SQL, IndexCatalog
@@ -53,14 +53,16 @@ def test_debug_state_nodes_are_those_with_the_exact_log_key(index: SessionIndex)
     assert debug_state_nodes(index) == [NODE]
 
 
-def test_build_size_counts_only_the_event_objects_the_build_reads() -> None:
+def test_build_size_counts_only_the_objects_the_build_reads() -> None:
     prefix = KeyLayout("").session_prefix(CLUSTER, "s")
     # The old rule ("/node_events/" anywhere in the key) counted these too.
-    assert not _is_event_key(f"{prefix}{NODE}/logs/node_events/{EVENT}", prefix)
-    assert not _is_event_key(f"{prefix}{NODE}/node_events/notes.txt", prefix)
-    assert not _is_event_key(f"{prefix}{NODE}/job_events/01000000/sub/{EVENT}", prefix)
-    assert _is_event_key(f"{prefix}{NODE}/node_events/{EVENT}", prefix)
-    assert _is_event_key(f"{prefix}{NODE}/job_events/01000000/{EVENT}", prefix)
+    assert not _is_build_input(f"{prefix}{NODE}/logs/node_events/{EVENT}", prefix)
+    assert not _is_build_input(f"{prefix}{NODE}/node_events/notes.txt", prefix)
+    assert not _is_build_input(f"{prefix}{NODE}/job_events/01000000/sub/{EVENT}", prefix)
+    assert not _is_build_input(f"{prefix}{NODE}/logs/raylet.out", prefix)
+    assert _is_build_input(f"{prefix}{NODE}/node_events/{EVENT}", prefix)
+    assert _is_build_input(f"{prefix}{NODE}/job_events/01000000/{EVENT}", prefix)
+    assert _is_build_input(f"{prefix}{NODE}/logs/events/event_GCS.log", prefix)  # log events: replayed too
 
 
 @pytest.mark.parametrize(("root", "session"), [("", "job_events"), ("data/job_events", "s")])

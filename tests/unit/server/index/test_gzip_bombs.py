@@ -226,3 +226,16 @@ def test_a_gzip_session_is_sized_by_what_it_inflates_to(tmp_path: Path) -> None:
         "historyserver_session_load_duration_seconds_count", {"mode": "subprocess"}
     )
     assert child == 1
+
+
+def test_an_unending_streamed_json_array_holds_at_most_the_limit(
+    store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An object starting with '[' was collected whole, however big: 2x the object held."""
+    monkeypatch.setattr("runtime.server.index.sources.STREAM_CHUNK", 1 * MiB)
+    monkeypatch.setattr("runtime.server.index.sources.STREAM_MAX_LINE", 4 * MiB)
+    store.put_bytes("x/array", b"[" + b'{"eventId":"1"},' * (3 * MiB))
+    counts = StreamCounts()
+    blobs, peak = _peak(lambda: list(stream_lines(store, store.stat("x/array"), counts)))
+    assert blobs == [] and counts.long_lines == 1
+    assert peak < 16 * MiB, f"a 48 MiB array: stream peaked at {peak / MiB:.0f} MiB"

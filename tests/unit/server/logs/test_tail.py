@@ -149,3 +149,18 @@ def test_capped_tail_drops_a_partial_first_line() -> None:
     data = b"".join(b"%05d\n" % i for i in range(1000))
     got = tail_window(Ranged(data), 0, len(data), 900, first_chunk=8, max_bytes=63)
     assert got == b"".join(b"%05d\n" % i for i in range(990, 1000))
+
+
+def test_a_tail_of_one_endless_line_reads_at_most_sixteen_mib() -> None:
+    """The job picks its lines' length: a 1 GiB line made each tail request hold the
+    64 MiB cap about three times over."""
+    size = 64 * 1024 * 1024
+    asked: list[int] = []
+
+    def read(offset: int, length: int) -> bytes:
+        asked.append(length)
+        return b"x" * length if offset + length < size else b"x" * (length - 1) + b"\n"
+
+    got = tail_window(read, 0, size, 1000)
+    assert sum(asked) <= 16 * 1024 * 1024 + 1
+    assert len(got) <= 16 * 1024 * 1024
