@@ -17,6 +17,7 @@ from pathlib import Path
 import orjson
 
 from runtime.collector.events.parse import RejectedEvent
+from runtime.collector.events.spool_files import NotRegularFileError, open_regular
 
 logger = logging.getLogger(__name__)
 
@@ -38,16 +39,23 @@ class Quarantine:
             return 0
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            size = self.path.stat().st_size if self.path.exists() else 0
             data = b"\n".join(lines) + b"\n"
-            if size + len(data) > self.max_bytes:
-                if not self._warned:
-                    logger.warning("quarantine file %s is full; further invalid events are only counted", self.path)
-                    self._warned = True
-                return 0
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
+                # Never through a link or into a FIFO: see spool_files' docstring.
+                fd = open_regular(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            except NotRegularFileError:
+                self._warn_once("quarantine file %s is not a regular file; invalid events are only counted")
+                return 0
+            try:
+                if os.fstat(fd).st_size + len(data) > self.max_bytes:
+                    self._warn_once("quarantine file %s is full; further invalid events are only counted")
+                    return 0
                 os.write(fd, data)
             finally:
                 os.close(fd)
         return len(lines)
+
+    def _warn_once(self, message: str) -> None:
+        if not self._warned:
+            logger.warning(message, self.path)
+            self._warned = True

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.collector.events.parse import SpoolTarget
+from runtime.collector.events.parse import RejectedEvent, SpoolTarget
 from runtime.collector.events.quarantine import Quarantine
 from runtime.collector.events.spool import Spool
 from runtime.collector.events.uploader import EventUploader
@@ -178,3 +178,15 @@ def test_an_active_file_deleted_under_the_spool_does_not_stop_the_other_rotation
         assert c.drain()
         assert sorted(c.stored().values()) == [b'{"n":2}\n', b'{"n":3}\n']
         assert c.spool.file_count == 0 and c.spool.used_bytes == 0
+
+
+def test_the_quarantine_file_is_never_written_through_a_link(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"untouched\n")
+    quarantine = Quarantine(tmp_path / "q.jsonl")
+    quarantine.path.symlink_to(victim)
+    assert quarantine.add([RejectedEvent(reason="invalid_json", raw=b"{")]) == 0
+    assert victim.read_bytes() == b"untouched\n"
+    quarantine.path.unlink()
+    assert quarantine.add([RejectedEvent(reason="invalid_json", raw=b"{")]) == 1
+    assert b"invalid_json" in quarantine.path.read_bytes()
