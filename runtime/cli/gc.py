@@ -229,11 +229,13 @@ def delete_session(
     fresh = next((o for o in objects if o.updated is None or o.updated >= cutoff), None)
     if fresh is not None:
         raise _WrittenSinceScanError(f"kept: {fresh.key} was written after the cutoff (since the scan)")
+    indexes = index_store or store
+    index_keys = [info.key for info in indexes.walk(layout.index_session_prefix(record.cluster, record.session))]
     # Every key checked before the first delete: one the storage layer refuses (a
     # backslash in a log's name, written by another tool) would otherwise stop the
     # run halfway through this session, and every later run at the same place.
-    for info in objects:
-        validate_key(info.key)
+    for key in (*(info.key for info in objects), *index_keys):
+        validate_key(key)
     # First: without its marker the server no longer lists the session, so a run that
     # fails midway never leaves a listed session with objects missing. The keys as
     # listed, not as rebuilt: a marker's kind segment may be capitalised.
@@ -242,8 +244,6 @@ def delete_session(
     with ThreadPoolExecutor(DELETE_WORKERS, thread_name_prefix="gc-delete") as pool:
         for _ in pool.map(lambda info: store.delete(info.key), objects):
             pass
-        indexes = index_store or store
-        index_keys = [info.key for info in indexes.walk(layout.index_session_prefix(record.cluster, record.session))]
         for _ in pool.map(indexes.delete, index_keys):
             pass
     return len(record.marker_keys) + len(objects) + len(index_keys)

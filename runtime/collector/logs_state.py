@@ -14,12 +14,13 @@ else is used by one thread at a time (the shipper's loop thread, then ``stop()``
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import math
 import threading
 import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +39,7 @@ BACKOFF_CAP = 60.0
 UPLOAD_GAP_FACTOR = 2.0
 #: ... but on slow storage it is never left stale for longer than this.
 MAX_UPLOAD_GAP = 600.0
-#: Uploads submitted to the pool at once (the rest wait their turn in the list).
+#: Uploads submitted to the pool at most at once (the rest wait their turn in the list).
 IN_FLIGHT = 256
 
 
@@ -147,21 +148,24 @@ class UploadState:
         """Run jobs on the pool; with a deadline, stop waiting when it passes.
         Returns the outcomes and how many jobs were not done."""
         outcomes: list[Outcome] = []
-        not_done = 0
-        # A bounded number in flight: one future per file of a node with tens of
-        # thousands of logs held ~1 KiB each at once, past the sidecar's memory limit.
-        for first in range(0, len(jobs), IN_FLIGHT):
-            chunk = jobs[first : first + IN_FLIGHT]
-            if deadline is not None and time.monotonic() >= deadline:
-                not_done += len(chunk)
-                continue
-            futures = [self._pool.submit(self._execute, job, deadline) for job in chunk]
+        # A sliding window of IN_FLIGHT futures (the next job goes in as one finishes):
+        # one future per file of a node with tens of thousands of logs held ~1 KiB each
+        # at once, past the sidecar's memory limit.
+        queued = iter(jobs)
+        running: set[Future[Outcome]] = set()
+        for job in itertools.islice(queued, IN_FLIGHT):
+            running.add(self._pool.submit(self._execute, job, deadline))
+        while running:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            done, pending = wait(futures, timeout=timeout)
-            for future in pending:
-                future.cancel()
-            not_done += len(pending)
+            done, running = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
+            if not done:  # the deadline passed
+                break
             outcomes.extend(f.result() for f in done)
+            for job in itertools.islice(queued, len(done)):
+                running.add(self._pool.submit(self._execute, job, deadline))
+        for future in running:
+            future.cancel()
+        not_done = len(running) + sum(1 for _ in queued)
         self._apply(outcomes)
         return outcomes, not_done + sum(o.status == "skipped" for o in outcomes)
 

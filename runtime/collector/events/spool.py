@@ -266,14 +266,12 @@ class Spool:
 
     # ------------------------------------------------------- upload handoff
     def release(self, ready: ReadyFile) -> None:
-        """Forget an uploaded file: delete it and prune empty directories."""
-        try:
-            size = ready.path.lstat().st_size
-        except FileNotFoundError:
-            return
+        """Forget an uploaded (or refused) file: delete it and prune empty directories.
+        The size accounted for it is the one it was handed over with: what is under its
+        name now may be something else (a link the Ray job put there)."""
         ready.path.unlink(missing_ok=True)
         with self._lock:
-            self._account(-size, -1)
+            self._account(-ready.size, -1)
         spool_files.prune_empty_dirs(ready.path.parent, self.dir)
 
     def compress(self, ready: ReadyFile) -> ReadyFile:

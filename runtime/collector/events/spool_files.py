@@ -109,7 +109,11 @@ def recover(path: Path, cluster_dir: Path) -> ReadyFile | None:
     superseded by it; None for anything else (empty, unexpected: logged). A name that
     is not a regular file (a link, a FIFO: see the module's docstring) is removed."""
     name = path.name
-    if not stat.S_ISREG(path.lstat().st_mode):
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return None  # superseded by its .gz twin, recovered just before it
+    if not stat.S_ISREG(mode):
         if name.endswith((ACTIVE_SUFFIX, READY_SUFFIX, GZ_SUFFIX)):
             logger.warning("removing %s from the event spool: not a regular file", path)
             path.unlink()

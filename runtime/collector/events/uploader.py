@@ -13,6 +13,7 @@ import gzip
 import heapq
 import itertools
 import logging
+import os
 import threading
 import time
 import zlib
@@ -182,6 +183,10 @@ class EventUploader:
             return
         except (StorageError, OSError) as exc:
             self.metrics.upload_failures.labels(what="events", kind=type(exc).__name__).inc()
+            if not os.path.lexists(ready.path):  # deleted under the spool: nothing to retry
+                logger.error("spool file %s vanished before its upload; its events are lost", ready.path)
+                self.spool.release(ready)
+                return
             self._retry(ready, failures + 1, reason=str(exc))
             return
         self.metrics.upload_seconds.labels(what="events").observe(time.monotonic() - started)

@@ -140,7 +140,7 @@ class SharedIndexes:
         """Put the verified shared index of these build inputs (``prints``: events and
         objects fingerprints) at ``path``; False when there is none usable."""
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.download")
-        if not self.fetch(cluster, session, prints[0], tmp, progress, listing=listing):
+        if not self.fetch(cluster, session, prints[0], tmp, progress, listing=listing, count_ok=False):
             return False
         try:
             if read_meta(tmp).get(META_OBJECTS_FINGERPRINT) != prints[1]:
@@ -149,6 +149,7 @@ class SharedIndexes:
 
                 refresh_objects(tmp, listing, self.layout.session_prefix(cluster, session))
             install_index(tmp, path)
+            self.metrics.shared_downloads.labels("ok").inc()  # only now: no build follows
         except sqlite3.Error as exc:
             # Past the checks yet unreadable (damaged pages): raising here failed every
             # build of the session, for as long as that object stayed in the bucket.
@@ -170,11 +171,13 @@ class SharedIndexes:
         progress: ProgressCallback,
         *,
         listing: Sequence[ObjectInfo],
+        count_ok: bool = True,
     ) -> bool:
         """Download and verify the shared index into ``dest``; False (and ``dest``
         absent) when there is none or it is unusable. Storage errors are not raised:
         a local build follows. ``listing``: the session's objects, which bound what
-        the index may decompress to (:func:`.shared_manifest.index_size_bound`)."""
+        the index may decompress to (:func:`.shared_manifest.index_size_bound`).
+        ``count_ok`` False: the caller counts the download as ``ok`` once it is used."""
         data_key, manifest_key = self.keys(cluster, session, events_fingerprint)
         try:
             raw = self.store.get_range(manifest_key, 0, MAX_MANIFEST_BYTES + 1)
@@ -208,7 +211,8 @@ class SharedIndexes:
             self.metrics.shared_downloads.labels("rejected").inc()
             logger.warning("shared index %s rejected, building locally: %s", data_key, problem)
             return False
-        self.metrics.shared_downloads.labels("ok").inc()
+        if count_ok:
+            self.metrics.shared_downloads.labels("ok").inc()
         logger.info("downloaded the shared index of %s (%d bytes, verified)", session, manifest.size)
         return True
 

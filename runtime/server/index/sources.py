@@ -142,7 +142,8 @@ def read_all(
 def stream_lines(store: ObjectStore, info: ObjectInfo, counts: StreamCounts | None = None) -> Iterator[bytes]:
     """A big object as blobs of whole lines (gunzipped by the ``.gz`` suffix, within
     its inflate allowance). A legacy JSON array cannot be split: it is yielded whole,
-    or dropped past STREAM_MAX_LINE like a line over it (counted in ``counts``).
+    or dropped past WHOLE_INFLATED_MAX, what :func:`read_one` holds of an object
+    (counted in ``counts`` like a line over STREAM_MAX_LINE).
     Raises StorageError or zlib.error (InflateLimitError past the allowance) like the
     underlying reads."""
     pieces: Iterable[bytes] = store.iter_chunks(info.key, STREAM_CHUNK)
@@ -180,13 +181,13 @@ def stream_lines(store: ObjectStore, info: ObjectInfo, counts: StreamCounts | No
 
 
 def _whole_array(first: bytes, rest: Iterator[bytes], key: str, counts: StreamCounts | None) -> Iterator[bytes]:
-    """A legacy JSON array, joined; nothing past STREAM_MAX_LINE (one unsplittable value)."""
+    """A legacy JSON array, joined; nothing past WHOLE_INFLATED_MAX (one unsplittable value)."""
     array = [first]
     size = len(first)
     for piece in rest:
         size += len(piece)
-        if size > STREAM_MAX_LINE:
-            logger.warning("%s: dropping a JSON array longer than %d bytes", key, STREAM_MAX_LINE)
+        if size > WHOLE_INFLATED_MAX:
+            logger.warning("%s: dropping a JSON array longer than %d bytes", key, WHOLE_INFLATED_MAX)
             if counts is not None:
                 counts.long_lines += 1
             return

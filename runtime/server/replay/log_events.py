@@ -10,8 +10,11 @@ sequences in ``message`` turned into newlines, plus ``time`` (UTC) as Ray adds.
 
 These files are in the logs a Ray job writes, so what is held is bounded: each event
 as its JSON bytes (a parsed dict took ~25x the line), a job trimmed while being fed
-once it holds twice :data:`TRIM_TO` (the same rows as trimming at the end), and at most
-:data:`MAX_HELD` events in all (later ones are counted in ``bad_lines``).
+once it holds twice :data:`TRIM_TO`, and at most :data:`MAX_HELD` events in all (later
+ones are counted in ``bad_lines``). Trimming while fed keeps the rows of trimming at
+the end as long as a re-sent event keeps its timestamp, as Ray's do; an event re-sent
+with an older one after its first copy was trimmed away is kept where the end trim
+would have dropped it for the newer ones.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ MAX_LINE_BYTES = 2 * 1024 * 1024
 TRIM_ABOVE = 11_000
 TRIM_TO = 10_000
 #: Events held at once across all jobs: past it, a new event is not kept.
-MAX_HELD = 200_000
+MAX_HELD = 500_000
 GLOBAL = "global"
 LogEventRow = tuple[str, float, str, bytes]
 
@@ -86,7 +89,8 @@ class LogEvents:
 
     def _trim(self, job: str, events: dict[str, tuple[float, bytes]]) -> None:
         """Keep the job's newest :data:`TRIM_TO` (by time, then arrival, as :meth:`rows`
-        orders them): an event dropped here would not have been among them at the end."""
+        orders them): an event dropped here would not have been among them at the end
+        (unless re-sent later with an older time, see the module's docstring)."""
         newest = sorted(events.items(), key=lambda kv: kv[1][0])[-TRIM_TO:]
         self._held -= len(events) - len(newest)
         events.clear()

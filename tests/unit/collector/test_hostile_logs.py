@@ -243,8 +243,19 @@ def test_uploads_of_tens_of_thousands_of_files_are_submitted_a_bounded_number_at
     lock = threading.Lock()
     running = peak = 0
 
+    others_done = threading.Event()
+    finished = 0
+
     def execute(job: UploadJob, _deadline: float | None) -> logs_state.Outcome:
-        time.sleep(0.002)
+        nonlocal finished
+        if job is jobs[0]:  # one slow upload must not hold the window's other slots
+            assert others_done.wait(10), "the other uploads waited for the slow one"
+        else:
+            time.sleep(0.002)
+            with lock:
+                finished += 1
+                if finished == len(jobs) - 1:
+                    others_done.set()
         return logs_state.Outcome(job, "skipped")
 
     real_submit = state._pool.submit

@@ -5,6 +5,8 @@ and still starts when the spool holds junk (docs/security-model.md)."""
 
 from __future__ import annotations
 
+import gzip
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -104,6 +106,8 @@ def test_an_active_file_swapped_for_a_link_is_dropped_not_shipped(tmp_path: Path
         assert c.stored() == {}
         assert c.metrics.upload_failures.labels(what="events", kind="NotRegularFileError")._value.get() == 1
         assert not list((tmp_path / "event-data").rglob("*.jsonl*"))  # the link left the spool
+        # The size rotation accounted for, not the link's: the budget does not leak.
+        assert c.spool.used_bytes == 0 and c.spool.file_count == 0
     assert secret.read_bytes() == SECRET
 
 
@@ -190,3 +194,17 @@ def test_the_quarantine_file_is_never_written_through_a_link(tmp_path: Path) -> 
     quarantine.path.unlink()
     assert quarantine.add([RejectedEvent(reason="invalid_json", raw=b"{")]) == 1
     assert b"invalid_json" in quarantine.path.read_bytes()
+
+
+def test_resume_after_a_crash_between_gzip_and_unlink_warns_about_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    node_dir = tmp_path / "event-data" / CLUSTER_KEY / S / NODE / "node_events"
+    node_dir.mkdir(parents=True)
+    for n in range(20):  # both names, in whatever order the directory lists them
+        (node_dir / f"17000000000000000{n:02d}.jsonl").write_bytes(b'{"a":1}\n')
+        (node_dir / f"17000000000000000{n:02d}.jsonl.gz").write_bytes(gzip.compress(b'{"a":1}\n'))
+    with caplog.at_level(logging.WARNING), collector(tmp_path, resume=True) as c:
+        assert c.drain()
+        assert len(c.stored()) == 20
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text

@@ -482,7 +482,7 @@ def settled(test: Callable[..., Any]) -> Callable[..., None]:
     @functools.wraps(test)
     def wrapper(*args: Any, **kwargs: Any) -> None:
         original_apply = pulumi.Output.apply
-        produced: dict[int, tuple[pulumi.Output[Any], Callable[[Any], Any], list[bool]]] = {}
+        produced: dict[int, tuple[pulumi.Output[Any], pulumi.Output[Any], Callable[[Any], Any], list[bool]]] = {}
         resolved: list[Any] = []
         deferred: list[Callable[[Any], Any]] = []
 
@@ -493,7 +493,7 @@ def settled(test: Callable[..., Any]) -> Callable[..., None]:
                 return None if postponed[0] else func(value)
 
             result = original_apply(self, guarded, *more)
-            produced[id(result)] = (self, func, postponed)
+            produced[id(result)] = (result, self, func, postponed)  # result kept: its id stays its own
             return result
 
         created: list[pulumi.Resource] = []
@@ -513,9 +513,10 @@ def settled(test: Callable[..., Any]) -> Callable[..., None]:
                 pulumi.Output.apply = original_apply  # type: ignore[method-assign]
                 pulumi.Resource.__init__ = original_init  # type: ignore[method-assign]
             registered = pulumi.Output.all(*[r.urn for r in created])
-            if id(returned) not in produced:
+            entry = produced.get(id(returned))
+            if entry is None or entry[0] is not returned:
                 return pulumi.Output.all(returned, registered)
-            source, check, postponed = produced[id(returned)]
+            _result, source, check, postponed = entry
             postponed[0] = True
             deferred.append(check)
             return pulumi.Output.all(source, registered).apply(lambda values: resolved.append(values[0]))

@@ -231,9 +231,14 @@ def test_a_gzip_session_is_sized_by_what_it_inflates_to(tmp_path: Path) -> None:
 def test_an_unending_streamed_json_array_holds_at_most_the_limit(
     store: ObjectStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An object starting with '[' was collected whole, however big: 2x the object held."""
+    """An object starting with '[' was collected whole, however big: 2x the object held.
+    Up to what read_one holds of any object it is still replayed whole."""
     monkeypatch.setattr("runtime.server.index.sources.STREAM_CHUNK", 1 * MiB)
-    monkeypatch.setattr("runtime.server.index.sources.STREAM_MAX_LINE", 4 * MiB)
+    monkeypatch.setattr("runtime.server.index.sources.STREAM_MAX_LINE", 1 * MiB)
+    monkeypatch.setattr("runtime.server.index.sources.WHOLE_INFLATED_MAX", 4 * MiB)
+    fits = b"[" + b'{"eventId":"1"},' * (MiB // 8) + b'{"eventId":"2"}]'  # 2 MiB: over a line's limit
+    store.put_bytes("x/fits", fits)
+    assert list(stream_lines(store, store.stat("x/fits"))) == [fits]
     store.put_bytes("x/array", b"[" + b'{"eventId":"1"},' * (3 * MiB))
     counts = StreamCounts()
     blobs, peak = _peak(lambda: list(stream_lines(store, store.stat("x/array"), counts)))

@@ -373,4 +373,5 @@ def test_damaged_pages_past_the_checks_are_rebuilt_not_a_failed_build(
     with server.open(sample.cluster, sample.session) as index:
         assert index.scalar("SELECT count(*) FROM tasks") == tasks > 0
     assert metrics.registry.get_sample_value("historyserver_shared_index_downloads_total", {"result": "rejected"}) == 1
+    assert not metrics.registry.get_sample_value("historyserver_shared_index_downloads_total", {"result": "ok"})
     assert metrics.registry.get_sample_value("historyserver_index_builds_total", {"outcome": "ok"}) == 1

@@ -124,12 +124,14 @@ def _keys(rows: list[tuple[str, float, str, bytes]]) -> set[tuple[str, float, st
 
 def test_trimming_while_feeding_keeps_exactly_the_rows_of_trimming_at_the_end() -> None:
     """Held events are bounded (a job trimmed once it holds 20,000), yet the rows are
-    those of holding everything: out-of-order times, ties, re-sent ids, two jobs."""
+    those of holding everything: out-of-order times, ties, re-sent ids (with their own
+    timestamp, as Ray re-sends them), two jobs."""
     rng = random.Random(7)
     lines = []
     for _ in range(80_000):
-        # 60,000 ids over 80,000 events: about a third re-sent, often with another time.
-        fields: dict[str, object] = {"event_id": str(rng.randrange(60_000)), "timestamp": str(rng.randrange(5_000))}
+        # 60,000 ids over 80,000 events: about a third re-sent; 5,000 times: many ties.
+        event_id = rng.randrange(60_000)
+        fields: dict[str, object] = {"event_id": str(event_id), "timestamp": str(event_id * 7919 % 5_000)}
         if rng.random() < 0.5:
             fields["custom_fields"] = {"job_id": "01000000"}
         lines.append(line(**fields))
