@@ -210,6 +210,18 @@ def test_a_planted_schema_is_rejected_before_any_of_its_sql_runs(
     assert not dest.exists()
 
 
+def _serve_after_a_late_log(tmp_path: Path, store: ObjectStore, sample: StoredSample, tasks: int) -> ServerMetrics:
+    """A log uploaded after the planted index was built (so a download is refreshed in
+    place), then the session served by a reading server: its own rows, no trigger."""
+    store.put_bytes(LAYOUT.log_key(sample.cluster, sample.session, sample.node_id, "late.log"), b"late\n")
+    metrics = ServerMetrics()
+    server = IndexCache(_config(tmp_path, "server", "read"), store=store, layout=LAYOUT, metrics=metrics)
+    with server.open(sample.cluster, sample.session) as index:
+        assert index.scalar("SELECT count(*) FROM tasks") == tasks > 0
+        assert index.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'") == 0
+    return metrics
+
+
 def test_a_planted_trigger_never_fires_and_the_index_is_rebuilt(
     tmp_path: Path, store: ObjectStore, sample: StoredSample, honest: Path
 ) -> None:
@@ -220,12 +232,7 @@ def test_a_planted_trigger_never_fires_and_the_index_is_rebuilt(
     conn.close()
     _edit(honest, "CREATE TRIGGER planted AFTER DELETE ON objects BEGIN DELETE FROM tasks; END")
     _plant(store, sample, honest)
-    store.put_bytes(LAYOUT.log_key(sample.cluster, sample.session, sample.node_id, "late.log"), b"late\n")
-    metrics = ServerMetrics()
-    server = IndexCache(_config(tmp_path, "server", "read"), store=store, layout=LAYOUT, metrics=metrics)
-    with server.open(sample.cluster, sample.session) as index:
-        assert index.scalar("SELECT count(*) FROM tasks") == tasks > 0
-        assert index.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'") == 0
+    metrics = _serve_after_a_late_log(tmp_path, store, sample, tasks)
     assert metrics.registry.get_sample_value("historyserver_shared_index_downloads_total", {"result": "rejected"}) == 1
     assert metrics.registry.get_sample_value("historyserver_index_builds_total", {"outcome": "ok"}) == 1
 
@@ -367,11 +374,7 @@ def test_damaged_pages_past_the_checks_are_rebuilt_not_a_failed_build(
     _trash_table(honest, "objects")
     assert index_file_problem(honest, _events_fp(store, sample)) is None  # what the cheap checks see
     _plant(store, sample, honest)
-    store.put_bytes(LAYOUT.log_key(sample.cluster, sample.session, sample.node_id, "late.log"), b"late\n")
-    metrics = ServerMetrics()
-    server = IndexCache(_config(tmp_path, "server", "read"), store=store, layout=LAYOUT, metrics=metrics)
-    with server.open(sample.cluster, sample.session) as index:
-        assert index.scalar("SELECT count(*) FROM tasks") == tasks > 0
+    metrics = _serve_after_a_late_log(tmp_path, store, sample, tasks)
     assert metrics.registry.get_sample_value("historyserver_shared_index_downloads_total", {"result": "rejected"}) == 1
     assert not metrics.registry.get_sample_value("historyserver_shared_index_downloads_total", {"result": "ok"})
     assert metrics.registry.get_sample_value("historyserver_index_builds_total", {"outcome": "ok"}) == 1
