@@ -36,6 +36,7 @@ garble that session's task details.
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Callable, Iterable
 from itertools import accumulate
 from typing import Any
@@ -136,7 +137,7 @@ class DetailEncoder:
             extra_id = extras.get(extra)
             if extra_id is None:
                 extra_id = extras[extra] = self._text(_normal_json(extra))
-            flat += (name_id, start / 1_000_000, end / 1_000_000, extra_id)
+            flat += (name_id, _ms(start), _ms(end), extra_id)
         return [head, flat]
 
     def encode(self, fields: list[Any]) -> bytearray:
@@ -185,6 +186,13 @@ def _named_events(transitions: list[Any]) -> tuple[bytes, bytes, bytes, bytes]:
     positions = time_positions(KINDS.get(name, 0) for _, name in transitions)
     creation, start, end = (parts[n] if n >= 0 else _NULL for n in positions)
     return b"[" + events + b"]", creation, start, end
+
+
+def _ms(ns: int) -> float:
+    """``ns / 1_000_000`` rounded once, as Python divides ints: compiled (mypyc), that
+    expression divides two doubles for ints of a machine word, and ns since the epoch
+    are beyond a double's 53 bits (1795311948774222000 ns gave 1795311948774.2222 ms)."""
+    return operator.truediv(ns, 1_000_000)  # type: ignore[no-any-return]
 
 
 def _normal_json(text: str) -> bytes:
