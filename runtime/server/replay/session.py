@@ -25,6 +25,7 @@ from runtime.server.replay.task_events import (
     DefinitionEvent,
     LifecycleEvent,
     ProfileEvent,
+    ScannedBlob,
     TaskEvent,
     definition_from_dict,
     lifecycle_from_dict,
@@ -116,9 +117,37 @@ class SessionReplay:
     def feed_task_events(self, events: list[TaskEvent]) -> None:
         """Apply task events decoded by :func:`~runtime.server.replay.task_events.decode_task_blob`:
         the task branch of :meth:`feed`, for typed events."""
-        handlers = self._typed_handlers
         # Counted by type in C, once per blob; the rare duplicates are taken back.
         kinds = Counter(map(type, events))
+        duplicates, bad = self._apply_typed(events, kinds)
+        self._count_typed(kinds, len(events), duplicates, bad)
+
+    def feed_scanned(self, blob: ScannedBlob) -> None:
+        """Apply a blob of task events whose lifecycle events were scanned in C, in
+        the blob's order: each run of scanned events in C, the others as typed events."""
+        others = blob.others
+        kinds = Counter(map(type, others))
+        duplicates = bad = taken = done = 0
+        scanned_run = True  # runs alternate, scanned first
+        for n in blob.runs:
+            if scanned_run:
+                if n:
+                    found = self.tasks.apply_scanned(blob.scan, taken, taken + n)
+                    kinds[LifecycleEvent] += n - found  # none is bad: the scan leaves those
+                    duplicates += found
+                    taken += n
+            elif n:
+                found, wrong = self._apply_typed(others[done : done + n], kinds)
+                duplicates += found
+                bad += wrong
+                done += n
+            scanned_run = not scanned_run
+        self._count_typed(kinds, taken + done, duplicates, bad)
+
+    def _apply_typed(self, events: list[TaskEvent], kinds: Counter[type[Any]]) -> tuple[int, int]:
+        """Apply typed task events; the duplicates are taken back from ``kinds``.
+        Answers (duplicates, bad events)."""
+        handlers = self._typed_handlers
         duplicates = bad = 0
         for event in events:
             event_id = event.event_id
@@ -134,9 +163,12 @@ class SessionReplay:
                 kinds[kind] -= 1
             elif result == BAD:
                 bad += 1
+        return duplicates, bad
+
+    def _count_typed(self, kinds: Counter[type[Any]], events: int, duplicates: int, bad: int) -> None:
         counters = self.counters
         counters.by_type.update({EVENT_TYPES[kind]: n for kind, n in kinds.items() if n})
-        counters.events += len(events) - duplicates
+        counters.events += events - duplicates
         counters.duplicate_events += duplicates
         counters.bad_events += bad
 

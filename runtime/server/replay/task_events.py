@@ -21,10 +21,19 @@ without checking anything, as the handler checks every field itself).
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
+from typing import Any, NamedTuple
 
 import msgspec
 import orjson
+
+native_lifecycle: ModuleType | None
+try:  # the native build's C scan of lifecycle events (setup.py); absent, the typed path does all
+    from runtime.server.replay import _lifecycle
+
+    native_lifecycle = _lifecycle
+except ImportError:  # the source form
+    native_lifecycle = None
 
 
 class Transition(msgspec.Struct):
@@ -148,6 +157,51 @@ def decode_task_blob(blob: bytes, lines: int | None = None) -> list[TaskEvent] |
     """The task events of a blob of JSON lines, or None when any line is not one of
     the exact shapes above (then decode the blob the tolerant way). ``lines``: how
     many lines the blob holds, when its maker knows (saves counting them)."""
+    body = _typed_body(blob)
+    if body is None:
+        return None
+    events = _decode_lines(body)
+    # decode_lines skips blank lines and also splits values on spaces: one value per
+    # line or the tolerant path, which skips the one and rejects the other.
+    expected = lines if lines is not None else body.count(b"\n") + 1
+    return events if events is not None and len(events) == expected else None
+
+
+class ScannedBlob(NamedTuple):
+    """A blob whose lifecycle events the native scan took (``_lifecycle.c``): ``runs``
+    alternate the numbers of taken lines and of ``others`` lines, taken first."""
+
+    scan: Any
+    runs: list[int]
+    others: list[TaskEvent]
+
+
+def scan_task_blob(blob: bytes, lines: int | None = None) -> ScannedBlob | None:
+    """:func:`decode_task_blob` with the lifecycle events scanned in C (the native
+    build): None when nothing was taken or when :func:`decode_task_blob` would answer
+    None (then decode the blob as without it; the scan changed nothing)."""
+    if native_lifecycle is None:
+        return None
+    body = _typed_body(blob)
+    if body is None:
+        return None
+    scan, others, runs = native_lifecycle.scan(body)
+    if not scan.count:
+        return None
+    decoded: list[TaskEvent] = []
+    if others:
+        found = _decode_lines(b"\n".join(others))
+        # One value for each line, as decode_task_blob's count demands of the whole blob.
+        if found is None or len(found) != len(others):
+            return None
+        decoded = found
+    expected = lines if lines is not None else body.count(b"\n") + 1
+    if scan.count + len(decoded) != expected:
+        return None
+    return ScannedBlob(scan, runs, decoded)
+
+
+def _typed_body(blob: bytes) -> bytes | None:
     body = blob.strip(_WHITESPACE)
     if not body or body[:1] == b"[":
         return None
@@ -158,14 +212,14 @@ def decode_task_blob(blob: bytes, lines: int | None = None) -> list[TaskEvent] |
             body.decode()
         except UnicodeDecodeError:
             return None
+    return body
+
+
+def _decode_lines(body: bytes) -> list[TaskEvent] | None:
     try:
-        events = _DECODER.decode_lines(body)
+        return _DECODER.decode_lines(body)
     except (msgspec.MsgspecError, ValueError):  # DecodeError, ValidationError; invalid UTF-8
         return None
-    # decode_lines skips blank lines and also splits values on spaces: one value per
-    # line or the tolerant path, which skips the one and rejects the other.
-    expected = lines if lines is not None else body.count(b"\n") + 1
-    return events if len(events) == expected else None
 
 
 def lifecycle_from_dict(payload: dict[str, Any]) -> LifecyclePayload:

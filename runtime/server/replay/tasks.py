@@ -42,6 +42,7 @@ from runtime.server.replay.task_events import (
     LifecyclePayload,
     TaskLogInfo,
     Transition,
+    native_lifecycle,
 )
 from runtime.server.replay.timestamps import INT64_MAX, INT64_MIN, NANOS_LEN, SECOND_NS, to_int, ts_ns
 
@@ -205,6 +206,18 @@ class TaskTable:
         if payload.ray_error_info is not None or payload.is_debugger_paused is not None or payload.actor_repr_name:
             self._carry_optional(state, payload, latest)  # absent unless set
         return APPLIED
+
+    def apply_scanned(self, scan: Any, start: int, stop: int) -> int:
+        """:meth:`lifecycle` for the lifecycle events ``start..stop`` of a native scan
+        (:func:`~runtime.server.replay.task_events.scan_task_blob`), in C on the same
+        attempts; answers how many were duplicates (none is bad: the scan leaves those
+        to :meth:`lifecycle`)."""
+        if native_lifecycle is None:
+            raise RuntimeError("the native lifecycle scan is not built")
+        duplicates: int = native_lifecycle.apply(
+            scan, start, stop, self._attempts, Attempt, self._ids, SECOND_NS, ts_ns, self._strings, self.base_ns
+        )
+        return duplicates
 
     def _slow_transition(self, transition: Transition) -> tuple[int | None, int]:
         ns = ts_ns(transition.timestamp)

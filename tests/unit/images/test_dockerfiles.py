@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ray_history_pulumi.history_server import CACHE_DIR, DASHBOARD_DIR
-from tests.support.native_build import native_modules
+from tests.support.native_build import c_extensions, native_modules
 
 REPO = Path(__file__).resolve().parents[3]
 HADOLINT = REPO / ".venv" / "bin" / "hadolint"
@@ -151,7 +151,7 @@ def test_server_builder_compiles_the_native_build_from_what_it_copies(tmp_path: 
     assert "-cp311-" in wheel.name, wheel.name  # a platform wheel: compiled
     names = zipfile.ZipFile(wheel).namelist()
     assert any(n.startswith("ray_history_server__mypyc.") for n in names), "the shared runtime library"
-    for module in native_modules():
+    for module in native_modules() + c_extensions():
         stem = module.replace(".", "/")
         assert any(n.startswith(f"{stem}.cpython-") and n.endswith(".so") for n in names), module
     # The final stage installs that wheel; from outside the source, its modules load compiled.

@@ -10,12 +10,13 @@ module left beside its source would shadow every later edit of it).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from importlib.machinery import EXTENSION_SUFFIXES
 
 import pytest
 
-from tests.support.native_build import REPO, native_modules
+from tests.support.native_build import REPO, c_extensions, native_modules
 
 
 def test_every_native_module_is_a_module_of_the_package() -> None:
@@ -37,3 +38,19 @@ def test_each_module_runs_in_the_form_this_run_expects(name: str) -> None:
             f"{name} was loaded from {module.__file__}: a compiled module shadows the source; "
             "delete it (compile in a copy of the tree, as make test-native does)"
         )
+
+
+def test_every_c_extension_has_its_source() -> None:
+    names = c_extensions()
+    assert names, "C_EXTENSIONS is empty"
+    for name in names:
+        assert (REPO / (name.replace(".", "/") + ".c")).is_file(), name
+
+
+@pytest.mark.parametrize("name", c_extensions())
+def test_each_c_extension_is_built_only_where_this_run_expects(name: str) -> None:
+    if os.environ.get("RHS_EXPECT_NATIVE") == "1":
+        module = importlib.import_module(name)
+        assert any(str(module.__file__).endswith(suffix) for suffix in EXTENSION_SUFFIXES), module.__file__
+    else:  # built in the tree, it would replace the Python path in every test of the source form
+        assert importlib.util.find_spec(name) is None, f"{name} is built in the tree: delete it"

@@ -1,0 +1,997 @@
+/* The lifecycle events of a task shard, scanned and applied in C (the native build only).
+ *
+ * Three of every four task events are TASK_LIFECYCLE_EVENTs: decoding each into msgspec
+ * structs and applying it in Python was about two fifths of a shard's CPU.  scan() reads a
+ * blob of JSON lines once and keeps, for each line of the one shape it knows exactly (a
+ * lifecycle event whose read fields are plain strings, int64 numbers and RFC 3339
+ * timestamps with nanoseconds, nothing optional carried), the spans and numbers the
+ * handler needs; every other line is handed back for the typed Python path.  apply() then
+ * does what TaskTable.lifecycle does for those lines, on the same Attempt objects.
+ *
+ * A line is taken here only when it is strict JSON (no escapes, no control characters,
+ * standard numbers) that msgspec would decode to the same values: anything else is the
+ * Python path's, which keeps every rule it has.  scan() has no side effects, so a blob
+ * that the Python side finally rejects is replayed the old way from the start.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_DEPTH 64
+#define STATE_BITS 6
+
+typedef struct {
+    Py_ssize_t at, len; /* a span of the body; len < 0: absent or null */
+} Span;
+
+typedef struct {
+    Span file;
+    int64_t start, end;
+} LogSide;
+
+typedef struct {
+    Span event_id, task_id, job, node, worker;
+    int64_t attempt, pid;
+    int has_pid;
+    int has_log;
+    LogSide out, err;
+    Py_ssize_t first_transition, transitions; /* into Scan.times/ranks */
+} Record;
+
+typedef struct {
+    Span timestamp;
+    int rank;
+} TransitionRef;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *body;
+    Record *records;
+    Py_ssize_t count, capacity;
+    TransitionRef *transitions;
+    Py_ssize_t transition_count, transition_capacity;
+} Scan;
+
+static const char *const TASK_STATES[] = {
+    "NIL", "PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "PENDING_OBJ_STORE_MEM_AVAIL",
+    "PENDING_ARGS_FETCH", "SUBMITTED_TO_WORKER", "PENDING_ACTOR_TASK_ARGS_FETCH",
+    "PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY", "RUNNING", "RUNNING_IN_RAY_GET",
+    "RUNNING_IN_RAY_WAIT", "FINISHED", "FAILED", "GETTING_AND_PINNING_ARGS",
+};
+#define N_STATES ((int)(sizeof(TASK_STATES) / sizeof(TASK_STATES[0])))
+
+/* ------------------------------------------------------------------ strict JSON */
+
+typedef struct {
+    const char *base, *p, *end;
+} Cursor;
+
+static inline void skip_ws(Cursor *c) {
+    /* Spaces and tabs only: a line with a CR (or anything unusual) is the Python path's. */
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t')) c->p++;
+}
+
+/* A string without escapes or control characters: its span (quotes excluded). */
+static int read_string(Cursor *c, Span *out) {
+    if (c->p >= c->end || *c->p != '"') return 0;
+    const char *start = ++c->p;
+    while (c->p < c->end) {
+        unsigned char ch = (unsigned char)*c->p;
+        if (ch == '"') {
+            out->at = start - c->base;
+            out->len = c->p - start;
+            c->p++;
+            return 1;
+        }
+        if (ch == '\\' || ch < 0x20) return 0;
+        c->p++;
+    }
+    return 0;
+}
+
+static inline int is_digit(char ch) { return ch >= '0' && ch <= '9'; }
+
+/* A JSON number; *integral: no fraction or exponent. */
+static int skip_number(Cursor *c, int *integral) {
+    const char *p = c->p;
+    *integral = 1;
+    if (p < c->end && *p == '-') p++;
+    if (p >= c->end || !is_digit(*p)) return 0;
+    if (*p == '0') {
+        p++;
+    } else {
+        while (p < c->end && is_digit(*p)) p++;
+    }
+    if (p < c->end && *p == '.') {
+        *integral = 0;
+        p++;
+        if (p >= c->end || !is_digit(*p)) return 0;
+        while (p < c->end && is_digit(*p)) p++;
+    }
+    if (p < c->end && (*p == 'e' || *p == 'E')) {
+        *integral = 0;
+        p++;
+        if (p < c->end && (*p == '+' || *p == '-')) p++;
+        if (p >= c->end || !is_digit(*p)) return 0;
+        while (p < c->end && is_digit(*p)) p++;
+    }
+    c->p = p;
+    return 1;
+}
+
+/* An integer that fits int64 (at most 18 digits: no overflow to check). */
+static int read_int64(Cursor *c, int64_t *out) {
+    const char *start = c->p;
+    int integral;
+    if (!skip_number(c, &integral) || !integral) return 0;
+    const char *p = start;
+    int negative = 0;
+    if (*p == '-') {
+        negative = 1;
+        p++;
+    }
+    if (c->p - p > 18) return 0;
+    int64_t value = 0;
+    for (; p < c->p; p++) value = value * 10 + (*p - '0');
+    *out = negative ? -value : value;
+    return 1;
+}
+
+static int literal(Cursor *c, const char *word) {
+    size_t n = strlen(word);
+    if ((size_t)(c->end - c->p) < n || memcmp(c->p, word, n) != 0) return 0;
+    c->p += n;
+    return 1;
+}
+
+static int skip_value(Cursor *c, int depth);
+
+static int skip_container(Cursor *c, int depth, char close, int keyed) {
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == close) {
+        c->p++;
+        return 1;
+    }
+    for (;;) {
+        if (keyed) {
+            Span key;
+            if (!read_string(c, &key)) return 0;
+            skip_ws(c);
+            if (c->p >= c->end || *c->p != ':') return 0;
+            c->p++;
+            skip_ws(c);
+        }
+        if (!skip_value(c, depth + 1)) return 0;
+        skip_ws(c);
+        if (c->p >= c->end) return 0;
+        if (*c->p == ',') {
+            c->p++;
+            skip_ws(c);
+            continue;
+        }
+        if (*c->p == close) {
+            c->p++;
+            return 1;
+        }
+        return 0;
+    }
+}
+
+static int skip_value(Cursor *c, int depth) {
+    if (depth > MAX_DEPTH || c->p >= c->end) return 0;
+    Span ignored;
+    int integral;
+    switch (*c->p) {
+        case '"': return read_string(c, &ignored);
+        case '{': return skip_container(c, depth, '}', 1);
+        case '[': return skip_container(c, depth, ']', 0);
+        case 't': return literal(c, "true");
+        case 'f': return literal(c, "false");
+        case 'n': return literal(c, "null");
+        default: return skip_number(c, &integral);
+    }
+}
+
+/* Iterate an object's members: call with c at '{'; *first set to 1 before the first call.
+ * Returns 1 with *key set and c at the value, 0 at the end ('}' consumed), -1 on error. */
+static int next_member(Cursor *c, int *first, Span *key) {
+    if (*first) {
+        if (c->p >= c->end || *c->p != '{') return -1;
+        c->p++;
+        skip_ws(c);
+        *first = 0;
+        if (c->p < c->end && *c->p == '}') {
+            c->p++;
+            return 0;
+        }
+    } else {
+        skip_ws(c);
+        if (c->p >= c->end) return -1;
+        if (*c->p == '}') {
+            c->p++;
+            return 0;
+        }
+        if (*c->p != ',') return -1;
+        c->p++;
+        skip_ws(c);
+    }
+    if (!read_string(c, key)) return -1;
+    skip_ws(c);
+    if (c->p >= c->end || *c->p != ':') return -1;
+    c->p++;
+    skip_ws(c);
+    return 1;
+}
+
+static inline int key_is(const Cursor *c, const Span *key, const char *name) {
+    size_t n = strlen(name);
+    return (size_t)key->len == n && memcmp(c->base + key->at, name, n) == 0;
+}
+
+static inline int is_null(Cursor *c) { return c->p < c->end && *c->p == 'n' && literal(c, "null"); }
+
+/* A string field that may be null (len -1). */
+static int read_optional_string(Cursor *c, Span *out) {
+    if (is_null(c)) {
+        out->len = -1;
+        return 1;
+    }
+    return read_string(c, out);
+}
+
+/* A log offset: null (0), an int64 number, or a string of 1-18 digits with an optional
+ * '-' (Ray sends its int64 fields as strings): what to_int turns into the same number. */
+static int read_offset(Cursor *c, int64_t *out) {
+    if (is_null(c)) {
+        *out = 0;
+        return 1;
+    }
+    if (c->p < c->end && *c->p == '"') {
+        Span s;
+        if (!read_string(c, &s)) return 0;
+        const char *p = c->base + s.at, *e = p + s.len;
+        int negative = 0;
+        if (p < e && *p == '-') {
+            negative = 1;
+            p++;
+        }
+        if (p == e || e - p > 18) return 0;
+        int64_t value = 0;
+        for (; p < e; p++) {
+            if (!is_digit(*p)) return 0;
+            value = value * 10 + (*p - '0');
+        }
+        *out = negative ? -value : value;
+        return 1;
+    }
+    return read_int64(c, out);
+}
+
+/* ------------------------------------------------------------------ the scan */
+
+static int state_rank(const char *text, Py_ssize_t len) {
+    for (int i = 0; i < N_STATES; i++) {
+        if ((Py_ssize_t)strlen(TASK_STATES[i]) == len && memcmp(TASK_STATES[i], text, len) == 0) return i;
+    }
+    return -1;
+}
+
+static int is_nanos_timestamp(const char *t, Py_ssize_t len) {
+    /* YYYY-MM-DDTHH:MM:SS.fffffffffZ: the handler's fast form, its fraction all digits. */
+    if (len != 30 || t[19] != '.' || t[29] != 'Z') return 0;
+    for (int i = 0; i < 30; i++)
+        if ((unsigned char)t[i] >= 0x80) return 0; /* bytes are characters: ASCII only */
+    for (int i = 20; i < 29; i++)
+        if (!is_digit(t[i])) return 0;
+    /* Years 1700-2261: every instant of them is an int64 of ns, as apply() computes. */
+    for (int i = 0; i < 4; i++)
+        if (!is_digit(t[i])) return 0;
+    int year = (t[0] - '0') * 1000 + (t[1] - '0') * 100 + (t[2] - '0') * 10 + (t[3] - '0');
+    return year >= 1700 && year <= 2261;
+}
+
+static int push_transition(Scan *scan, TransitionRef ref) {
+    if (scan->transition_count == scan->transition_capacity) {
+        Py_ssize_t capacity = scan->transition_capacity ? scan->transition_capacity * 2 : 256;
+        TransitionRef *grown = PyMem_Realloc(scan->transitions, capacity * sizeof(TransitionRef));
+        if (grown == NULL) return -1;
+        scan->transitions = grown;
+        scan->transition_capacity = capacity;
+    }
+    scan->transitions[scan->transition_count++] = ref;
+    return 0;
+}
+
+static int read_transitions(Cursor *c, Scan *scan, Record *r) {
+    r->first_transition = scan->transition_count;
+    r->transitions = 0;
+    if (is_null(c)) return 1;
+    if (c->p >= c->end || *c->p != '[') return 0;
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == ']') {
+        c->p++;
+        return 1;
+    }
+    for (;;) {
+        Span key, timestamp = {0, -1}, state = {0, -1};
+        int first = 1, more;
+        while ((more = next_member(c, &first, &key)) == 1) {
+            if (key_is(c, &key, "timestamp")) {
+                if (timestamp.len >= 0 || !read_string(c, &timestamp)) return 0;
+            } else if (key_is(c, &key, "state")) {
+                if (state.len >= 0 || !read_string(c, &state)) return 0;
+            } else if (!skip_value(c, 3)) {
+                return 0;
+            }
+        }
+        if (more < 0 || timestamp.len < 0 || state.len < 0) return 0;
+        if (!is_nanos_timestamp(c->base + timestamp.at, timestamp.len)) return 0;
+        int rank = state_rank(c->base + state.at, state.len);
+        if (rank < 0) return 0;
+        TransitionRef ref = {timestamp, rank};
+        if (push_transition(scan, ref) < 0) return -1;
+        r->transitions++;
+        skip_ws(c);
+        if (c->p >= c->end) return 0;
+        if (*c->p == ',') {
+            c->p++;
+            skip_ws(c);
+            continue;
+        }
+        if (*c->p == ']') {
+            c->p++;
+            return 1;
+        }
+        return 0;
+    }
+}
+
+static int read_log_info(Cursor *c, Record *r) {
+    r->has_log = 0;
+    if (is_null(c)) return 1;
+    Span key;
+    int first = 1, more, seen = 0, any = 0;
+    LogSide *sides[2] = {&r->out, &r->err};
+    static const char *const names[6] = {"stdoutFile", "stdoutStart", "stdoutEnd",
+                                         "stderrFile", "stderrStart", "stderrEnd"};
+    r->out.file.len = r->err.file.len = -1;
+    r->out.start = r->out.end = r->err.start = r->err.end = 0;
+    while ((more = next_member(c, &first, &key)) == 1) {
+        int which = -1;
+        for (int i = 0; i < 6; i++)
+            if (key_is(c, &key, names[i])) which = i;
+        if (which < 0) {
+            if (!skip_value(c, 3)) return 0;
+            continue;
+        }
+        if (seen & (1 << which)) return 0;
+        seen |= 1 << which;
+        LogSide *side = sides[which / 3];
+        int null = c->p < c->end && *c->p == 'n';
+        if (which % 3 == 0) {
+            if (!read_optional_string(c, &side->file)) return 0;
+        } else if (!read_offset(c, which % 3 == 1 ? &side->start : &side->end)) {
+            return 0;
+        }
+        any |= !null; /* a field that is not null: the log info carries something */
+    }
+    if (more < 0) return 0;
+    r->has_log = any;
+    return 1;
+}
+
+static int read_payload(Cursor *c, Scan *scan, Record *r) {
+    Span key;
+    int first = 1, more, seen = 0;
+    int have_transitions = 0;
+    static const char *const names[] = {"taskId", "taskAttempt", "jobId", "stateTransitions",
+                                        "taskLogInfo", "nodeId", "workerId", "workerPid",
+                                        "rayErrorInfo", "isDebuggerPaused", "actorReprName"};
+    r->task_id.len = r->job.len = r->node.len = r->worker.len = -1;
+    r->attempt = 0;
+    r->has_pid = 0;
+    r->has_log = 0;
+    r->first_transition = scan->transition_count;
+    r->transitions = 0;
+    while ((more = next_member(c, &first, &key)) == 1) {
+        int which = -1;
+        for (int i = 0; i < 11; i++)
+            if (key_is(c, &key, names[i])) which = i;
+        if (which < 0) {
+            if (!skip_value(c, 2)) return 0;
+            continue;
+        }
+        if (seen & (1 << which)) return 0;
+        seen |= 1 << which;
+        int ok;
+        switch (which) {
+            case 0: ok = read_string(c, &r->task_id); break;
+            case 1: ok = is_null(c) || read_int64(c, &r->attempt); break;
+            case 2: ok = read_optional_string(c, &r->job); break;
+            case 3:
+                ok = read_transitions(c, scan, r);
+                if (ok < 0) return -1;
+                have_transitions = 1;
+                break;
+            case 4: ok = read_log_info(c, r); break;
+            case 5: ok = read_optional_string(c, &r->node); break;
+            case 6: ok = read_optional_string(c, &r->worker); break;
+            case 7:
+                if (is_null(c)) {
+                    ok = 1;
+                } else {
+                    ok = read_int64(c, &r->pid);
+                    r->has_pid = ok;
+                }
+                break;
+            default: ok = is_null(c); break; /* carried only when set: the Python path's */
+        }
+        if (!ok) return 0;
+    }
+    (void)have_transitions;
+    if (more < 0 || r->task_id.len <= 0) return 0;
+    /* Neither transitions nor log info: a bad event, which the Python path counts. */
+    if (r->transitions == 0 && !r->has_log) return 0;
+    return 1;
+}
+
+/* 1: a lifecycle event taken here; 0: a line for the Python path; -1: out of memory. */
+static int scan_line(Scan *scan, const char *base, const char *line, const char *end, Record *r) {
+    Cursor c = {base, line, end};
+    Span key, event_type = {0, -1};
+    int first = 1, more, have_payload = 0, have_id = 0;
+    Py_ssize_t transitions_before = scan->transition_count;
+    r->event_id.len = -1;
+    skip_ws(&c);
+    while ((more = next_member(&c, &first, &key)) == 1) {
+        if (key_is(&c, &key, "eventType")) {
+            if (event_type.len >= 0 || !read_string(&c, &event_type)) goto other;
+            if (!key_is(&c, &event_type, "TASK_LIFECYCLE_EVENT")) goto other; /* no need to read on */
+        } else if (key_is(&c, &key, "eventId")) {
+            if (have_id++ || !read_optional_string(&c, &r->event_id)) goto other;
+        } else if (key_is(&c, &key, "taskLifecycleEvent")) {
+            if (have_payload++) goto other;
+            int ok = read_payload(&c, scan, r);
+            if (ok < 0) return -1;
+            if (!ok) goto other;
+        } else if (!skip_value(&c, 1)) {
+            goto other;
+        }
+    }
+    if (more < 0 || !have_payload || !key_is(&c, &event_type, "TASK_LIFECYCLE_EVENT")) goto other;
+    skip_ws(&c);
+    if (c.p != end) goto other;
+    return 1;
+other:
+    scan->transition_count = transitions_before;
+    return 0;
+}
+
+static PyTypeObject ScanType;
+
+static void Scan_dealloc(Scan *self) {
+    Py_XDECREF(self->body);
+    PyMem_Free(self->records);
+    PyMem_Free(self->transitions);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Scan_count(Scan *self, void *closure) {
+    (void)closure;
+    return PyLong_FromSsize_t(self->count);
+}
+
+static PyGetSetDef Scan_getset[] = {
+    {"count", (getter)Scan_count, NULL, "lifecycle events taken", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ScanType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "runtime.server.replay._lifecycle.Scan",
+    .tp_basicsize = sizeof(Scan),
+    .tp_dealloc = (destructor)Scan_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The lifecycle events scanned from one blob.",
+    .tp_getset = Scan_getset,
+};
+
+/* scan(body) -> (Scan, others: list[bytes], runs: list[int]) */
+static PyObject *scan(PyObject *module, PyObject *arg) {
+    (void)module;
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "scan() takes bytes");
+        return NULL;
+    }
+    const char *base = PyBytes_AS_STRING(arg);
+    const char *end = base + PyBytes_GET_SIZE(arg);
+    Scan *s = PyObject_New(Scan, &ScanType);
+    if (s == NULL) return NULL;
+    Py_INCREF(arg);
+    s->body = arg;
+    s->records = NULL;
+    s->count = s->capacity = s->transition_count = s->transition_capacity = 0;
+    s->transitions = NULL;
+    PyObject *others = PyList_New(0), *runs = PyList_New(0);
+    if (others == NULL || runs == NULL) goto fail;
+    Py_ssize_t run = 0;
+    int taking = 1; /* runs alternate: taken lines first, then lines for Python, ... */
+    const char *line = base;
+    while (line <= end) {
+        const char *stop = memchr(line, '\n', end - line);
+        if (stop == NULL) stop = end;
+        if (s->count == s->capacity) {
+            Py_ssize_t capacity = s->capacity ? s->capacity * 2 : 64;
+            Record *grown = PyMem_Realloc(s->records, capacity * sizeof(Record));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+            s->records = grown;
+            s->capacity = capacity;
+        }
+        int taken = scan_line(s, base, line, stop, &s->records[s->count]);
+        if (taken < 0) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        if (taken != taking) {
+            PyObject *n = PyLong_FromSsize_t(run);
+            if (n == NULL || PyList_Append(runs, n) < 0) {
+                Py_XDECREF(n);
+                goto fail;
+            }
+            Py_DECREF(n);
+            run = 0;
+            taking = taken;
+        }
+        run++;
+        if (taken) {
+            s->count++;
+        } else {
+            PyObject *text = PyBytes_FromStringAndSize(line, stop - line);
+            if (text == NULL || PyList_Append(others, text) < 0) {
+                Py_XDECREF(text);
+                goto fail;
+            }
+            Py_DECREF(text);
+        }
+        line = stop + 1;
+    }
+    PyObject *n = PyLong_FromSsize_t(run);
+    if (n == NULL || PyList_Append(runs, n) < 0) {
+        Py_XDECREF(n);
+        goto fail;
+    }
+    Py_DECREF(n);
+    return Py_BuildValue("(NNN)", (PyObject *)s, others, runs);
+fail:
+    Py_XDECREF(others);
+    Py_XDECREF(runs);
+    Py_DECREF(s);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ the apply */
+
+typedef struct {
+    PyObject *attempts, *attempt_type, *ids, *known, *seconds, *ts_ns, *strings;
+    int64_t base_ns;
+    /* The last second looked up (SECOND_NS's value for it never changes). */
+    char head[19];
+    int64_t head_ns;
+    int has_head;
+} Context;
+
+static PyObject *S_seen, *S_job, *S_log, *S_transitions, *S_node, *S_node_ns, *S_worker,
+    *S_worker_ns, *S_pid, *S_pid_ns, *S_empty;
+
+static PyObject *span_str(PyObject *body, const Span *s) {
+    return PyUnicode_DecodeUTF8(PyBytes_AS_STRING(body) + s->at, s->len, "strict");
+}
+
+/* 1 when found (value in *ns), 0 when the timestamp is unusable (skipped), -1 on error. */
+static int transition_ns(Context *ctx, const char *text, int64_t *ns) {
+    int64_t frac = 0;
+    for (int i = 20; i < 29; i++) frac = frac * 10 + (text[i] - '0');
+    if (ctx->has_head && memcmp(ctx->head, text, 19) == 0) {
+        *ns = ctx->head_ns + frac;
+        return 1;
+    }
+    PyObject *head = PyUnicode_FromStringAndSize(text, 19);
+    if (head == NULL) return -1;
+    PyObject *found = PyDict_GetItemWithError(ctx->seconds, head); /* borrowed */
+    Py_DECREF(head);
+    int64_t second;
+    if (found != NULL) {
+        int overflow;
+        second = PyLong_AsLongLongAndOverflow(found, &overflow);
+        if (overflow || (second == -1 && PyErr_Occurred())) return -2;
+    } else {
+        if (PyErr_Occurred()) return -1;
+        /* Not cached: the Python path's own parser decides (and caches the second). */
+        PyObject *full = PyUnicode_FromStringAndSize(text, 30);
+        if (full == NULL) return -1;
+        PyObject *value = PyObject_CallOneArg(ctx->ts_ns, full);
+        Py_DECREF(full);
+        if (value == NULL) return -1;
+        if (value == Py_None) {
+            Py_DECREF(value);
+            return 0;
+        }
+        int overflow;
+        int64_t whole = PyLong_AsLongLongAndOverflow(value, &overflow);
+        Py_DECREF(value);
+        if (overflow || (whole == -1 && PyErr_Occurred())) return -2;
+        second = whole - frac;
+    }
+    memcpy(ctx->head, text, 19);
+    ctx->head_ns = second;
+    ctx->has_head = 1;
+    *ns = second + frac;
+    return 1;
+}
+
+static PyObject *long_from_i128(__int128 value) {
+    if (value >= INT64_MIN && value <= INT64_MAX) return PyLong_FromLongLong((long long)value);
+    unsigned char bytes[16];
+    unsigned __int128 bits = (unsigned __int128)value;
+    for (int i = 0; i < 16; i++) bytes[i] = (unsigned char)(bits >> (8 * i));
+    return _PyLong_FromByteArray(bytes, 16, 1, 1);
+}
+
+/* An attribute's int compared with ns: 1 when ns >= it. */
+static int newer_or_same(PyObject *state, PyObject *name, int64_t ns) {
+    PyObject *value = PyObject_GetAttr(state, name);
+    if (value == NULL) return -1;
+    int overflow;
+    long long known = PyLong_AsLongLongAndOverflow(value, &overflow);
+    Py_DECREF(value);
+    if (known == -1 && PyErr_Occurred()) return -1;
+    if (overflow) return overflow < 0;
+    return ns >= known;
+}
+
+static int set_int(PyObject *state, PyObject *name, int64_t value) {
+    PyObject *number = PyLong_FromLongLong(value);
+    if (number == NULL) return -1;
+    int rc = PyObject_SetAttr(state, name, number);
+    Py_DECREF(number);
+    return rc;
+}
+
+/* The hex id of a raw id: the IdCache's memo first, as the handler reads it. */
+static PyObject *hex_of(Context *ctx, PyObject *raw) {
+    PyObject *found = PyDict_GetItemWithError(ctx->known, raw);
+    if (found != NULL) {
+        int truth = PyObject_IsTrue(found);
+        if (truth < 0) return NULL;
+        if (truth) {
+            Py_INCREF(found);
+            return found;
+        }
+    } else if (PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyObject_CallOneArg(ctx->ids, raw);
+}
+
+static int carry_id(Context *ctx, PyObject *body, PyObject *state, const Span *span, PyObject *field,
+                    PyObject *field_ns, int64_t latest) {
+    if (span->len <= 0) return 0; /* absent, null or '': never erases */
+    int newer = newer_or_same(state, field_ns, latest);
+    if (newer <= 0) return newer;
+    PyObject *raw = span_str(body, span);
+    if (raw == NULL) return -1;
+    PyObject *hex = hex_of(ctx, raw);
+    Py_DECREF(raw);
+    if (hex == NULL) return -1;
+    int rc = PyObject_SetAttr(state, field, hex);
+    Py_DECREF(hex);
+    if (rc < 0) return -1;
+    return set_int(state, field_ns, latest);
+}
+
+static PyObject *interned_file(Context *ctx, PyObject *body, const Span *file) {
+    if (file->len <= 0) {
+        Py_INCREF(S_empty);
+        return S_empty;
+    }
+    PyObject *text = span_str(body, file);
+    if (text == NULL) return NULL;
+    PyObject *found = PyDict_SetDefault(ctx->strings, text, text); /* borrowed */
+    Py_XINCREF(found);
+    Py_DECREF(text);
+    return found;
+}
+
+/* merge_log_info: a file name sets file and start, a non-zero start sets start, an end
+ * replaces a zero end or is replaced only by a non-zero one. */
+static int merge_log(Context *ctx, PyObject *body, PyObject *state, const Record *r) {
+    PyObject *update = PyList_New(6);
+    if (update == NULL) return -1;
+    const LogSide *sides[2] = {&r->out, &r->err};
+    for (int i = 0; i < 2; i++) {
+        PyObject *file = interned_file(ctx, body, &sides[i]->file);
+        PyObject *start = PyLong_FromLongLong(sides[i]->start);
+        PyObject *end = PyLong_FromLongLong(sides[i]->end);
+        if (file == NULL || start == NULL || end == NULL) {
+            Py_XDECREF(file);
+            Py_XDECREF(start);
+            Py_XDECREF(end);
+            Py_DECREF(update);
+            return -1;
+        }
+        PyList_SET_ITEM(update, 3 * i, file);
+        PyList_SET_ITEM(update, 3 * i + 1, start);
+        PyList_SET_ITEM(update, 3 * i + 2, end);
+    }
+    PyObject *current = PyObject_GetAttr(state, S_log);
+    if (current == NULL) {
+        Py_DECREF(update);
+        return -1;
+    }
+    int rc = 0;
+    if (current == Py_None) {
+        rc = PyObject_SetAttr(state, S_log, update);
+    } else if (!PyList_Check(current) || PyList_GET_SIZE(current) != 6) {
+        PyErr_SetString(PyExc_TypeError, "Attempt.log is not a list of six");
+        rc = -1;
+    } else {
+        for (int base = 0; base < 6; base += 3) {
+            const LogSide *side = sides[base / 3];
+            if (side->file.len > 0) {
+                PyList_SetItem(current, base, Py_NewRef(PyList_GET_ITEM(update, base)));
+                PyList_SetItem(current, base + 1, Py_NewRef(PyList_GET_ITEM(update, base + 1)));
+            } else if (side->start) {
+                PyList_SetItem(current, base + 1, Py_NewRef(PyList_GET_ITEM(update, base + 1)));
+            }
+            /* (A zero end replacing a zero end changes nothing.) */
+            if (side->end) PyList_SetItem(current, base + 2, Py_NewRef(PyList_GET_ITEM(update, base + 2)));
+        }
+    }
+    Py_DECREF(current);
+    Py_DECREF(update);
+    return rc;
+}
+
+/* 1 applied, 2 duplicate, -1 error. */
+static int apply_one(Context *ctx, Scan *scan, const Record *r) {
+    PyObject *body = scan->body;
+    PyObject *raw = span_str(body, &r->task_id);
+    if (raw == NULL) return -1;
+    PyObject *key = raw;
+    if (r->attempt) {
+        PyObject *number = PyLong_FromLongLong(r->attempt);
+        key = number ? PyTuple_Pack(2, raw, number) : NULL;
+        Py_XDECREF(number);
+        Py_DECREF(raw);
+        if (key == NULL) return -1;
+    }
+    PyObject *state = PyDict_GetItemWithError(ctx->attempts, key); /* borrowed */
+    if (state == NULL) {
+        if (PyErr_Occurred()) {
+            Py_DECREF(key);
+            return -1;
+        }
+        state = PyObject_CallNoArgs(ctx->attempt_type);
+        if (state == NULL || PyDict_SetItem(ctx->attempts, key, state) < 0) {
+            Py_XDECREF(state);
+            Py_DECREF(key);
+            return -1;
+        }
+        Py_DECREF(state); /* the dict holds it */
+    }
+    Py_DECREF(key);
+    Py_INCREF(state);
+    int result = -1;
+    if (r->event_id.len >= 0) {
+        PyObject *id = span_str(body, &r->event_id);
+        if (id == NULL) goto done;
+        Py_hash_t hash = PyObject_Hash(id);
+        Py_DECREF(id);
+        if (hash == -1) goto done;
+        PyObject *marker = PyLong_FromSsize_t(hash);
+        if (marker == NULL) goto done;
+        PyObject *seen = PyObject_GetAttr(state, S_seen);
+        if (seen == NULL) {
+            Py_DECREF(marker);
+            goto done;
+        }
+        if (seen == Py_None) {
+            PyObject *fresh = PyList_New(1);
+            if (fresh == NULL) {
+                Py_DECREF(marker);
+                Py_DECREF(seen);
+                goto done;
+            }
+            PyList_SET_ITEM(fresh, 0, marker);
+            int rc = PyObject_SetAttr(state, S_seen, fresh);
+            Py_DECREF(fresh);
+            Py_DECREF(seen);
+            if (rc < 0) goto done;
+        } else {
+            int present = PySequence_Contains(seen, marker);
+            int rc = present == 0 ? PyList_Append(seen, marker) : 0;
+            Py_DECREF(marker);
+            Py_DECREF(seen);
+            if (present < 0 || rc < 0) goto done;
+            if (present) {
+                result = 2;
+                goto done;
+            }
+        }
+    }
+    if (r->job.len > 0) {
+        PyObject *job = PyObject_GetAttr(state, S_job);
+        if (job == NULL) goto done;
+        int truth = PyObject_IsTrue(job);
+        Py_DECREF(job);
+        if (truth < 0) goto done;
+        if (!truth) {
+            PyObject *text = span_str(body, &r->job);
+            PyObject *hex = text ? PyObject_CallOneArg(ctx->ids, text) : NULL;
+            Py_XDECREF(text);
+            if (hex == NULL) goto done;
+            int rc = PyObject_SetAttr(state, S_job, hex);
+            Py_DECREF(hex);
+            if (rc < 0) goto done;
+        }
+    }
+    if (r->has_log && merge_log(ctx, body, state, r) < 0) goto done;
+    if (r->transitions == 0) {
+        result = 1; /* metadata only */
+        goto done;
+    }
+    PyObject *codes = PyObject_GetAttr(state, S_transitions);
+    if (codes == NULL) goto done;
+    if (codes == Py_None) {
+        Py_DECREF(codes);
+        codes = PyList_New(0);
+        if (codes == NULL || PyObject_SetAttr(state, S_transitions, codes) < 0) {
+            Py_XDECREF(codes);
+            goto done;
+        }
+    }
+    int64_t latest = -1;
+    const char *text = PyBytes_AS_STRING(body);
+    for (Py_ssize_t i = 0; i < r->transitions; i++) {
+        const TransitionRef *t = &scan->transitions[r->first_transition + i];
+        int64_t ns;
+        int found = transition_ns(ctx, text + t->timestamp.at, &ns);
+        if (found == -2) {
+            PyErr_SetString(PyExc_OverflowError, "a cached second beyond int64");
+            found = -1;
+        }
+        if (found < 0) {
+            Py_DECREF(codes);
+            goto done;
+        }
+        if (!found) continue;
+        __int128 packed_value = ((__int128)ns - ctx->base_ns) * ((__int128)1 << STATE_BITS) + t->rank;
+        PyObject *packed = long_from_i128(packed_value);
+        if (packed == NULL) {
+            Py_DECREF(codes);
+            goto done;
+        }
+        int present = PySequence_Contains(codes, packed);
+        int rc = present == 0 ? PyList_Append(codes, packed) : 0;
+        Py_DECREF(packed);
+        if (present < 0 || rc < 0) {
+            Py_DECREF(codes);
+            goto done;
+        }
+        if (ns > latest) latest = ns;
+    }
+    Py_DECREF(codes);
+    if (latest >= 0) {
+        if (carry_id(ctx, body, state, &r->node, S_node, S_node_ns, latest) < 0) goto done;
+        if (carry_id(ctx, body, state, &r->worker, S_worker, S_worker_ns, latest) < 0) goto done;
+        if (r->has_pid && r->pid) {
+            int newer = newer_or_same(state, S_pid_ns, latest);
+            if (newer < 0) goto done;
+            if (newer && (set_int(state, S_pid, r->pid) < 0 || set_int(state, S_pid_ns, latest) < 0)) goto done;
+        }
+    }
+    result = 1;
+done:
+    Py_DECREF(state);
+    return result;
+}
+
+/* apply(scan, start, stop, attempts, Attempt, ids, seconds, ts_ns, strings, base_ns) -> duplicates */
+static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 10 || !PyObject_TypeCheck(args[0], &ScanType)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "apply(scan, start, stop, attempts, Attempt, ids, seconds, ts_ns, strings, base_ns)");
+        return NULL;
+    }
+    Scan *scan = (Scan *)args[0];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), stop = PyLong_AsSsize_t(args[2]);
+    if ((start == -1 || stop == -1) && PyErr_Occurred()) return NULL;
+    if (start < 0 || stop > scan->count || start > stop) {
+        PyErr_SetString(PyExc_IndexError, "records out of range");
+        return NULL;
+    }
+    Context ctx;
+    ctx.attempts = args[3];
+    ctx.attempt_type = args[4];
+    ctx.ids = args[5];
+    ctx.seconds = args[6];
+    ctx.ts_ns = args[7];
+    ctx.strings = args[8];
+    ctx.has_head = 0;
+    if (!PyDict_Check(ctx.attempts) || !PyDict_Check(ctx.seconds) || !PyDict_Check(ctx.strings)) {
+        PyErr_SetString(PyExc_TypeError, "attempts, seconds and strings must be dicts");
+        return NULL;
+    }
+    ctx.known = PyObject_GetAttrString(ctx.ids, "known");
+    if (ctx.known == NULL) return NULL;
+    if (!PyDict_Check(ctx.known)) {
+        Py_DECREF(ctx.known);
+        PyErr_SetString(PyExc_TypeError, "ids.known must be a dict");
+        return NULL;
+    }
+    int overflow;
+    ctx.base_ns = PyLong_AsLongLongAndOverflow(args[9], &overflow);
+    if (overflow || (ctx.base_ns == -1 && PyErr_Occurred())) {
+        Py_DECREF(ctx.known);
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "base_ns beyond int64");
+        return NULL;
+    }
+    Py_ssize_t duplicates = 0;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        int result = apply_one(&ctx, scan, &scan->records[i]);
+        if (result < 0) {
+            Py_DECREF(ctx.known);
+            return NULL;
+        }
+        duplicates += result == 2;
+    }
+    Py_DECREF(ctx.known);
+    return PyLong_FromSsize_t(duplicates);
+}
+
+static PyMethodDef methods[] = {
+    {"scan", (PyCFunction)scan, METH_O,
+     "scan(body) -> (Scan, others, runs): the lifecycle events taken, the other lines, and the "
+     "lengths of the alternating runs of taken and other lines (taken first)."},
+    {"apply", (PyCFunction)(void (*)(void))apply, METH_FASTCALL,
+     "apply(scan, start, stop, attempts, Attempt, ids, seconds, ts_ns, strings, base_ns) -> "
+     "duplicates: TaskTable.lifecycle for the taken events start..stop."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "runtime.server.replay._lifecycle",
+    "Lifecycle task events scanned and applied in C (the native build).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__lifecycle(void) {
+    if (PyType_Ready(&ScanType) < 0) return NULL;
+#define INTERN(var, text) \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+    INTERN(S_seen, "seen");
+    INTERN(S_job, "job");
+    INTERN(S_log, "log");
+    INTERN(S_transitions, "transitions");
+    INTERN(S_node, "node");
+    INTERN(S_node_ns, "node_ns");
+    INTERN(S_worker, "worker");
+    INTERN(S_worker_ns, "worker_ns");
+    INTERN(S_pid, "pid");
+    INTERN(S_pid_ns, "pid_ns");
+    INTERN(S_empty, "");
+#undef INTERN
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == NULL) return NULL;
+    if (PyModule_AddIntConstant(module, "STATE_BITS", STATE_BITS) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

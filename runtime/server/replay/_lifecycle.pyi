@@ -1,0 +1,24 @@
+"""Type stub of the C module ``_lifecycle.c`` (compiled only by the native build)."""
+
+from typing import Any
+
+STATE_BITS: int
+
+class Scan:
+    @property
+    def count(self) -> int: ...
+
+def scan(body: bytes, /) -> tuple[Scan, list[bytes], list[int]]: ...
+def apply(
+    scan: Scan,
+    start: int,
+    stop: int,
+    attempts: dict[Any, Any],
+    attempt_type: type,
+    ids: Any,
+    seconds: dict[str, int],
+    ts_ns: Any,
+    strings: dict[str, str],
+    base_ns: int,
+    /,
+) -> int: ...

@@ -1,0 +1,321 @@
+"""The native build's C scan of lifecycle task events (``runtime/server/replay/_lifecycle.c``).
+
+Every test replays the same blobs twice, with the scan and without it (the typed and
+tolerant Python paths alone), and asserts the same attempts and counters: the scan takes a
+line only when it knows exactly what those paths do with it. Outside ``make test-native``
+the C module is compiled here with the system's C compiler.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.machinery
+import importlib.util
+import json
+import os
+import random
+import shutil
+import subprocess
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import orjson
+import pytest
+
+from runtime.server.replay import task_events, tasks
+from runtime.server.replay.shard import TaskShard
+from tests.support.sample_session import RUN_A, RUN_B, load_events
+from tests.unit.server.replay.events import (
+    NODE_B64,
+    TASK_B64,
+    WORKER_B64,
+    definition,
+    envelope,
+    executor,
+    owner,
+    ts,
+)
+
+REPO = Path(__file__).resolve().parents[4]
+SOURCE = REPO / "runtime" / "server" / "replay" / "_lifecycle.c"
+ATTEMPT_FIELDS = (
+    "job", "definition", "name", "transitions", "log", "node", "node_ns", "worker", "worker_ns", "pid",
+    "pid_ns", "error", "error_ns", "debugger", "debugger_ns", "repr_name", "repr_ns", "seen",
+)  # fmt: skip
+BASE_NS = 1_795_000_000 * 10**9
+
+
+@pytest.fixture(scope="module")
+def scan_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
+    """The C module: the native build's own, else compiled here from the source."""
+    if task_events.native_lifecycle is not None:
+        yield task_events.native_lifecycle
+        return
+    if os.environ.get("RHS_EXPECT_NATIVE") == "1":
+        pytest.fail("the native build did not compile runtime/server/replay/_lifecycle.c")
+    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler here: the native lifecycle scan is tested by make test-native")
+    out = tmp_path_factory.mktemp("native") / ("_lifecycle" + str(sysconfig.get_config_var("EXT_SUFFIX")))
+    include = sysconfig.get_paths()["include"]
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", f"-I{include}", str(SOURCE), "-o", str(out)],
+        check=True,
+    )
+    name = "runtime.server.replay._lifecycle"
+    loader = importlib.machinery.ExtensionFileLoader(name, str(out))
+    spec = importlib.util.spec_from_file_location(name, out, loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    yield module
+
+
+@pytest.fixture
+def native(scan_module: ModuleType, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.setattr(task_events, "native_lifecycle", scan_module)
+    monkeypatch.setattr(tasks, "native_lifecycle", scan_module)
+    return scan_module
+
+
+def replayed(blobs: list[bytes], *, scan: bool, monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> Any:
+    """What a shard holds after ``blobs``: every attempt's fields and the counters."""
+    with monkeypatch.context() as patch:
+        patch.setattr(task_events, "native_lifecycle", module if scan else None)
+        shard = TaskShard(BASE_NS)
+        for blob in blobs:
+            shard.feed_blob(blob, None)
+    table = shard.replay.tasks
+    attempts = [
+        (task_id, attempt, [_plain(getattr(state, name)) for name in ATTEMPT_FIELDS] + [_profile(state.profile)])
+        for task_id, attempt, state in table.attempts(ordered=True)
+    ]
+    counters = shard.replay.counters
+    return (
+        attempts,
+        counters.events,
+        counters.duplicate_events,
+        counters.bad_events,
+        dict(counters.by_type),
+        (
+            shard.bad_lines,
+            list(table.state_names),
+        ),
+    )
+
+
+def _plain(value: object) -> object:
+    return list(value) if isinstance(value, list) else value
+
+
+def _profile(profile: Any) -> object:
+    if profile is None:
+        return None
+    return (profile.component_type, profile.component_id, profile.node_ip, dict(profile.events), profile.func_name)
+
+
+def assert_same(blobs: list[bytes], monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> None:
+    with_scan = replayed(blobs, scan=True, monkeypatch=monkeypatch, module=module)
+    without = replayed(blobs, scan=False, monkeypatch=monkeypatch, module=module)
+    assert with_scan == without
+
+
+def line(event: dict[str, Any]) -> bytes:
+    # json, not orjson: some cases hold integers beyond 64 bits.
+    return json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def payload_line(**payload: Any) -> bytes:
+    return line(envelope("TASK_LIFECYCLE_EVENT", "taskLifecycleEvent", {"taskId": TASK_B64, **payload}))
+
+
+RUNNING = [{"state": "RUNNING", "timestamp": ts(3)}]
+LOG = {"stdoutFile": "/tmp/ray/w.out", "stderrFile": "/tmp/ray/w.err", "stdoutStart": "10", "stderrStart": "20"}
+
+
+def test_takes_ray_lifecycle_events_and_leaves_the_rest(native: ModuleType) -> None:
+    data = b"\n".join([line(definition()), line(owner()), line(executor()), payload_line(rayErrorInfo={"x": 1})])
+    scan, others, runs = native.scan(data)
+    assert scan.count == 2
+    assert runs == [0, 1, 2, 1]
+    assert [orjson.loads(o)["eventType"] for o in others] == ["TASK_DEFINITION_EVENT", "TASK_LIFECYCLE_EVENT"]
+
+
+@pytest.mark.parametrize("run", [RUN_A, RUN_B])
+def test_captured_ray_sessions_replay_the_same(run: str, native: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    events = [e for e in load_events(run) if str(e.get("eventType", "")).startswith(("TASK_", "ACTOR_TASK_"))]
+    data = b"\n".join(orjson.dumps(e) for e in events)
+    assert native.scan(data)[0].count > 0
+    assert_same([data], monkeypatch, native)
+    assert_same([orjson.dumps(e) for e in events], monkeypatch, native)  # one event a blob
+
+
+CASES: dict[str, list[bytes]] = {
+    "owner, executor, definition": [line(owner()), line(executor()), line(definition())],
+    "attempts beyond the first": [line(owner(attempt=1)), line(executor(attempt=2)), line(owner(attempt=-1))],
+    "a duplicate event": [line(e) for e in [owner()] * 2] + [line(executor())],
+    "no, null and numeric event ids": [
+        payload_line(stateTransitions=RUNNING, workerPid=7).replace(b'"eventId":', b'"eventIdX":'),
+        line({**executor(), "eventId": None}),
+        line({**executor(), "eventId": 12}),
+    ],
+    "log info of every kind": [
+        payload_line(taskLogInfo=LOG),
+        payload_line(taskLogInfo={"stdoutEnd": "99", "stderrEnd": 5}),
+        payload_line(taskLogInfo={"stdoutFile": "", "stdoutStart": 0}),
+        payload_line(taskLogInfo={"stdoutFile": None, "stderrEnd": None}),
+        payload_line(taskLogInfo={}),
+        payload_line(taskLogInfo={"stdoutStart": "+5", "stdoutEnd": "1e3"}),
+        payload_line(taskLogInfo={"stdoutStart": "", "stderrEnd": 1.5}),
+        payload_line(taskLogInfo={"stdoutFile": 7}),
+        payload_line(taskLogInfo={"stdoutStart": "-3", "stdoutEnd": "0099"}),
+        payload_line(taskLogInfo={"stdoutEnd": "99999999999999999999"}),
+        payload_line(taskLogInfo=None, stateTransitions=RUNNING),
+    ],
+    "ends before files": [
+        payload_line(taskLogInfo={"stdoutEnd": "99"}),
+        payload_line(taskLogInfo=LOG, stateTransitions=RUNNING),
+        payload_line(taskLogInfo={"stdoutEnd": "0", "stderrEnd": "7"}),
+    ],
+    "carried fields": [
+        payload_line(stateTransitions=RUNNING, nodeId=NODE_B64, workerId=WORKER_B64, workerPid=-4),
+        payload_line(stateTransitions=RUNNING, nodeId="", workerId=None, workerPid=0),
+        payload_line(stateTransitions=RUNNING, nodeId=12, workerPid="77"),
+        payload_line(stateTransitions=RUNNING, workerPid=2**63),
+        payload_line(stateTransitions=RUNNING, workerPid=1.5),
+        payload_line(stateTransitions=[{"state": "FINISHED", "timestamp": ts(2)}], nodeId="AAAA"),
+        payload_line(stateTransitions=RUNNING, nodeId="ffff"),
+    ],
+    "optional carried fields": [
+        payload_line(stateTransitions=RUNNING, rayErrorInfo={"errorType": "X", "errorMessage": "m"}),
+        payload_line(stateTransitions=RUNNING, isDebuggerPaused=True),
+        payload_line(stateTransitions=RUNNING, isDebuggerPaused=None, actorReprName=None, rayErrorInfo=None),
+        payload_line(stateTransitions=RUNNING, actorReprName="A(1)"),
+        payload_line(stateTransitions=RUNNING, actorReprName=""),
+    ],
+    "timestamps": [
+        payload_line(stateTransitions=[{"state": "RUNNING", "timestamp": "2026-11-22T01:45:03.123456Z"}]),
+        payload_line(stateTransitions=[{"state": "RUNNING", "timestamp": "2026-11-22T01:45:03.123456789+00:00"}]),
+        payload_line(stateTransitions=[{"state": "FAILED", "timestamp": "9999-12-31T23:59:59.999999999Z"}]),
+        payload_line(stateTransitions=[{"state": "FAILED", "timestamp": "1677-01-01T00:00:00.000000001Z"}]),
+        payload_line(stateTransitions=[{"state": "RUNNING", "timestamp": "2026-13-22T01:45:03.123456789Z"}]),
+        payload_line(stateTransitions=[{"state": "RUNNING", "timestamp": "2026-02-30T01:45:03.123456789Z"}]),
+        payload_line(stateTransitions=[{"state": "RUNNING", "timestamp": "2026-11-22T01:45:03.12345678aZ"}]),
+        payload_line(stateTransitions=[{"state": "RUNNING", "timestamp": "2026-11-22T01:45:03.1234_5678Z"}]),
+        payload_line(stateTransitions=[{"state": "RUNNING", "timestamp": "2026-11-22T01:45:03. 12345678Z"}]),
+        payload_line(stateTransitions=[{"state": "RUNNING", "timestamp": "1969-12-31T23:59:59.000000000Z"}]),
+        payload_line(stateTransitions=[{"state": "RUNNING", "timestamp": "2026-11-22T01:45:03.123456789Z"}] * 2),
+        payload_line(stateTransitions=[{"state": "RUNNING", "timestamp": 5}]),
+        payload_line(stateTransitions=[{"state": "RUNNING"}]),
+        payload_line(stateTransitions=[{"state": "RUNNING", "timestamp": "2026-11-22T01:45:03.123456789Z", "x": []}]),
+    ],
+    "states": [
+        payload_line(stateTransitions=[{"state": "NEW_STATE", "timestamp": ts(4)}]),
+        payload_line(stateTransitions=[{"state": None, "timestamp": ts(4)}]),
+        payload_line(
+            stateTransitions=[
+                {"state": "NIL", "timestamp": ts(4)},
+                {"state": "GETTING_AND_PINNING_ARGS", "timestamp": ts(5)},
+            ]
+        ),
+    ],
+    "bad events": [
+        payload_line(),
+        payload_line(stateTransitions=[]),
+        payload_line(stateTransitions=None, taskLogInfo=None),
+        payload_line(taskId="", stateTransitions=RUNNING),
+        payload_line(taskId=None, stateTransitions=RUNNING),
+        payload_line(taskId=5, stateTransitions=RUNNING),
+        line(envelope("TASK_LIFECYCLE_EVENT", "taskLifecycleEvent", None)),  # type: ignore[arg-type]
+        payload_line(stateTransitions=[], taskLogInfo={"stdoutFile": "a"}),
+    ],
+    "attempt numbers": [
+        payload_line(stateTransitions=RUNNING, taskAttempt=None),
+        payload_line(stateTransitions=RUNNING, taskAttempt="2"),
+        payload_line(stateTransitions=RUNNING, taskAttempt=1.0),
+        payload_line(stateTransitions=RUNNING, taskAttempt=2**70),
+        payload_line(stateTransitions=RUNNING, taskAttempt=True),
+    ],
+    "jobs": [
+        payload_line(stateTransitions=RUNNING, jobId=None),
+        payload_line(stateTransitions=RUNNING, jobId=""),
+        payload_line(stateTransitions=RUNNING, jobId=3),
+        payload_line(stateTransitions=RUNNING, jobId="AwAAAA=="),
+    ],
+    "strict JSON only": [
+        payload_line(stateTransitions=RUNNING).replace(TASK_B64.encode(), b"\\u0041" + TASK_B64[1:].encode()),
+        payload_line(stateTransitions=RUNNING).replace(b'"message":""', b'"message":"a\\nb"'),
+        payload_line(stateTransitions=RUNNING).replace(b'"message":""', b'"message":1e999'),
+        payload_line(stateTransitions=RUNNING).replace(b'"message":""', b'"message":-0.5E+3'),
+        payload_line(stateTransitions=RUNNING).replace(b'"message":""', b'"message":[[[{"a":[true,false,null]}]]]'),
+        payload_line(stateTransitions=RUNNING).replace(b'"message":""', b'"message":' + b"[" * 70 + b"]" * 70),
+        payload_line(stateTransitions=RUNNING) + b"\r",
+        payload_line(stateTransitions=RUNNING).replace(b",", b" ,\t"),
+        b"  " + payload_line(stateTransitions=RUNNING) + b" ",
+        payload_line(stateTransitions=RUNNING).replace(b'"message":""', b'"message":"\xc3\xa9"'),
+        payload_line(stateTransitions=RUNNING, taskId="t\u00e9sk"),
+    ],
+    "duplicate keys": [
+        payload_line(stateTransitions=RUNNING).replace(b'"taskId"', b'"taskId":"AAAA","taskId"'),
+        payload_line(stateTransitions=RUNNING).replace(
+            b'"stateTransitions"', b'"stateTransitions":[],"stateTransitions"'
+        ),
+        payload_line(stateTransitions=RUNNING).replace(b'"eventType"', b'"eventType":"X","eventType"'),
+        payload_line(stateTransitions=RUNNING).replace(b'"message"', b'"eventId":"again","message"'),
+    ],
+    "with definitions and profiles between": [
+        line(definition(task=TASK_B64)),
+        line(owner()),
+        line(envelope("TASK_PROFILE_EVENT", "taskProfileEvents", {"taskId": TASK_B64, "profileEvents": {}})),
+        line(executor()),
+        line(envelope("ACTOR_TASK_DEFINITION_EVENT", "actorTaskDefinitionEvent", {"taskId": TASK_B64})),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_shape_replays_as_without_the_scan(
+    name: str, native: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = CASES[name]
+    assert_same([b"\n".join(lines)], monkeypatch, native)
+    assert_same(lines, monkeypatch, native)
+    # Beside lines the scan takes: a blob that mixes them, and one whose bad line sends all of it the tolerant way.
+    assert_same([b"\n".join([line(owner()), *lines, line(executor())])], monkeypatch, native)
+    assert_same([b"\n".join([line(owner()), *lines, b'{"eventType": '])], monkeypatch, native)
+    assert_same([b"\n".join([line(owner()), b"", *lines])], monkeypatch, native)
+
+
+def test_mutated_lines_replay_as_without_the_scan(native: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random damage to real lines (bytes dropped, doubled or replaced by JSON's
+    delimiters, escapes and digits) never makes the two paths disagree."""
+    rng = random.Random(20261127)
+    seeds = [line(owner()), line(executor()), payload_line(taskLogInfo=LOG, stateTransitions=RUNNING)]
+    tokens = [b'"', b"\\", b",", b":", b"{", b"}", b"[", b"]", b"0", b"-", b"e", b" ", b"\t", b"\r", b"n", b"\xc3\xa9"]
+    blobs = []
+    for _ in range(3000):
+        data = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(data))
+            action = rng.random()
+            if action < 0.35:
+                del data[at]
+            elif action < 0.7:
+                data[at:at] = rng.choice(tokens)
+            else:
+                data[at : at + 1] = data[at : at + 1] * 2
+        blobs.append(bytes(data))
+    assert_same(blobs, monkeypatch, native)
+    for start in range(0, len(blobs), 50):
+        assert_same([b"\n".join(blobs[start : start + 50])], monkeypatch, native)
+
+
+def test_many_attempts_and_ids(native: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = []
+    for n in range(300):
+        task = base64.b64encode(n.to_bytes(8, "big") + b"\xff" * 12 + b"\x02\0\0\0").decode()
+        lines += [line(owner(task=task, attempt=n % 3)), line(executor(task=task, attempt=n % 3))]
+    assert_same([b"\n".join(lines[i : i + 64]) for i in range(0, len(lines), 64)], monkeypatch, native)
