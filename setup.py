@@ -30,8 +30,12 @@ NATIVE_MODULES = [
 ]
 
 
-#: Written in C: the scan and apply of lifecycle task events (three of four task events).
-C_EXTENSIONS = [Extension("runtime.server.replay._lifecycle", ["runtime/server/replay/_lifecycle.c"])]
+#: Written in C: the scan and apply of lifecycle task events (three of four task events), and
+#: the router's per-line loop.
+C_EXTENSIONS = [
+    Extension("runtime.server.replay._lifecycle", ["runtime/server/replay/_lifecycle.c"]),
+    Extension("runtime.server.replay._route", ["runtime/server/replay/_route.c"]),
+]
 
 
 def _ext_modules() -> list[object]:

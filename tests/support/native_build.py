@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import ast
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import subprocess
+import sysconfig
 from pathlib import Path
+from types import ModuleType
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,3 +39,23 @@ def c_extensions() -> list[str]:
                 if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "Extension"
             ]
     raise AssertionError("setup.py defines no C_EXTENSIONS")
+
+
+def compile_c_extension(name: str, directory: Path) -> ModuleType:
+    """One of C_EXTENSIONS compiled into ``directory`` with the system's C compiler and
+    loaded under its own name (not imported: the tree's modules stay what they are).
+    Skips the calling test when there is no compiler (never under make test-native)."""
+    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler here: the native build's C modules are tested by make test-native")
+    source = REPO / (name.replace(".", "/") + ".c")
+    out = directory / (name.rpartition(".")[2] + str(sysconfig.get_config_var("EXT_SUFFIX")))
+    include = sysconfig.get_paths()["include"]
+    flags = ["-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{include}"]
+    subprocess.run([compiler, *flags, str(source), "-o", str(out)], check=True)
+    loader = importlib.machinery.ExtensionFileLoader(name, str(out))
+    spec = importlib.util.spec_from_file_location(name, out, loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module

@@ -14,10 +14,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 
 from runtime.server.replay.ids import hex_id
+
+# The native build's per-line loop in C (setup.py); absent, Router.feed's own loop runs.
+native_core: Any
+try:
+    from runtime.server.replay import _route
+
+    native_core = _route.RouterCore
+except ImportError:  # the source form
+    native_core = None
 
 #: The finest routing: one bucket per first hex digit of a task id. ``Router(BUCKETS, ...)``
 #: routes to buckets; bucket ``b`` belongs to shard ``b * shards // BUCKETS``.
@@ -88,6 +98,8 @@ class Router:
         self._b64, self._hex = _tables(shards)
         self._lines: list[list[bytes]] = [[] for _ in range(shards)]
         self.bad_lines = 0
+        # The same rules in C: batches there, lines it cannot route come back to _slow.
+        self._core: Any = native_core(shards, sink, self._slow, batch_lines) if native_core is not None else None
 
     def feed(self, data: bytes) -> None:  # noqa: PLR0912 - the per-line hot loop is inlined on purpose
         """One decoded (gunzipped) event object."""
@@ -107,6 +119,9 @@ class Router:
                 return
             for item in items:
                 self._route_item(item, None)
+            return
+        if self._core is not None:
+            self._core.feed(body)
             return
         b64, hexa, lines = self._b64, self._hex, self._lines
         limit = self._batch_lines
@@ -154,11 +169,18 @@ class Router:
             self._other(item)
             return
         shard = shard_of_hex(hex_id(raw), self.shards)
-        self._lines[shard].append(line if line is not None else orjson.dumps(item))
+        data = line if line is not None else orjson.dumps(item)
+        if self._core is not None:
+            self._core.append(shard, data)
+            return
+        self._lines[shard].append(data)
         if len(self._lines[shard]) >= self._batch_lines:
             self._flush(shard)
 
     def _flush(self, shard: int) -> None:
+        if self._core is not None:
+            self._core.flush(shard)
+            return
         lines = self._lines[shard]
         if lines:
             self._lines[shard] = []

@@ -9,16 +9,9 @@ the C module is compiled here with the system's C compiler.
 from __future__ import annotations
 
 import base64
-import importlib.machinery
-import importlib.util
 import json
 import os
 import random
-import shutil
-import subprocess
-import sysconfig
-from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -27,6 +20,7 @@ import pytest
 
 from runtime.server.replay import task_events, tasks
 from runtime.server.replay.shard import TaskShard
+from tests.support.native_build import compile_c_extension
 from tests.support.sample_session import RUN_A, RUN_B, load_events
 from tests.unit.server.replay.events import (
     NODE_B64,
@@ -39,8 +33,6 @@ from tests.unit.server.replay.events import (
     ts,
 )
 
-REPO = Path(__file__).resolve().parents[4]
-SOURCE = REPO / "runtime" / "server" / "replay" / "_lifecycle.c"
 ATTEMPT_FIELDS = (
     "job", "definition", "name", "transitions", "log", "node", "node_ns", "worker", "worker_ns", "pid",
     "pid_ns", "error", "error_ns", "debugger", "debugger_ns", "repr_name", "repr_ns", "seen",
@@ -49,29 +41,13 @@ BASE_NS = 1_795_000_000 * 10**9
 
 
 @pytest.fixture(scope="module")
-def scan_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
+def scan_module(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     """The C module: the native build's own, else compiled here from the source."""
     if task_events.native_lifecycle is not None:
-        yield task_events.native_lifecycle
-        return
+        return task_events.native_lifecycle
     if os.environ.get("RHS_EXPECT_NATIVE") == "1":
         pytest.fail("the native build did not compile runtime/server/replay/_lifecycle.c")
-    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler here: the native lifecycle scan is tested by make test-native")
-    out = tmp_path_factory.mktemp("native") / ("_lifecycle" + str(sysconfig.get_config_var("EXT_SUFFIX")))
-    include = sysconfig.get_paths()["include"]
-    subprocess.run(
-        [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", f"-I{include}", str(SOURCE), "-o", str(out)],
-        check=True,
-    )
-    name = "runtime.server.replay._lifecycle"
-    loader = importlib.machinery.ExtensionFileLoader(name, str(out))
-    spec = importlib.util.spec_from_file_location(name, out, loader=loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    yield module
+    return compile_c_extension("runtime.server.replay._lifecycle", tmp_path_factory.mktemp("native"))
 
 
 @pytest.fixture
