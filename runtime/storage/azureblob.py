@@ -30,6 +30,7 @@ from urllib3.util.retry import Retry
 from runtime.storage.base import ErrorKind, Listing, ObjectInfo, ObjectStore
 from runtime.storage.errors import StorageConfigError
 from runtime.storage.lean_imports import without_modules
+from runtime.storage.requests_adapter import AbortOnCloseAdapter
 from runtime.storage.retry import RetryPolicy
 from runtime.storage.settings import SettingSource
 
@@ -151,7 +152,8 @@ class AzureBlobStore(ObjectStore):
         self._credential: Any = None
         session = requests.Session()
         # total=False: no urllib3 retries, and the original socket error, not "Max retries exceeded".
-        adapter = requests.adapters.HTTPAdapter(
+        # Connections reset on close, so an upload given up on is never delivered late (sockets.py).
+        adapter = AbortOnCloseAdapter(
             pool_maxsize=_POOL_SIZE, max_retries=Retry(total=False, redirect=False, raise_on_status=False)
         )
         session.mount("http://", adapter)

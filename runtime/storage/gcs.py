@@ -15,14 +15,17 @@ from dataclasses import dataclass
 from datetime import UTC
 from typing import Any, BinaryIO
 
+import google.auth
 import requests
 import urllib3
 from google.auth import exceptions as auth_exceptions
 from google.auth.credentials import AnonymousCredentials
+from google.auth.transport.requests import AuthorizedSession
 
 from runtime.storage.base import ErrorKind, Listing, ObjectInfo, ObjectStore
 from runtime.storage.errors import PermanentStorageError, StorageConfigError
 from runtime.storage.lean_imports import without_modules
+from runtime.storage.requests_adapter import AbortOnCloseAdapter
 from runtime.storage.retry import RetryPolicy
 from runtime.storage.settings import SettingSource
 from runtime.storage.streams import read_full
@@ -47,6 +50,8 @@ UPLOAD_CHUNK_SIZE = 2 * 1024 * 1024
 SINGLE_SHOT_MAX = 1024 * 1024
 #: Objects per list call (the API maximum is 1000).
 PAGE_SIZE = 1000
+#: Seconds a credentials refresh may take in all (google-cloud-core's value for its own session).
+_CREDENTIALS_REFRESH_TIMEOUT = 300
 _LIST_FIELDS = "items(name,size,updated,generation),prefixes,nextPageToken"
 
 _BUCKET_CHARS = re.compile(r"^[a-z0-9][a-z0-9._-]*[a-z0-9]$")
@@ -301,14 +306,36 @@ def _make_client(settings: GCSSettings) -> Any:
     kwargs: dict[str, Any] = {}
     if settings.emulator_host:
         # Explicit endpoint + anonymous credentials: works whatever the process env says.
-        kwargs["credentials"] = AnonymousCredentials()  # type: ignore[no-untyped-call]
+        credentials: Any = AnonymousCredentials()  # type: ignore[no-untyped-call]
         kwargs["project"] = settings.project or "test"
         kwargs["client_options"] = {"api_endpoint": settings.emulator_host}
-    elif settings.project:
-        kwargs["project"] = settings.project  # else ADC's project (passing None would mean "no project")
+    else:
+        # What storage.Client does without credentials; done here because a client
+        # given its own session (below) must be given the credentials too.
+        credentials, adc_project = google.auth.default(scopes=storage.Client.SCOPE)
+        project = settings.project or adc_project
+        if project:
+            kwargs["project"] = project  # else the client's own lookup (passing None would mean "no project")
+    kwargs["credentials"] = credentials
+    kwargs["_http"] = _authorized_session(credentials)
     client = storage.Client(**kwargs)
     if getattr(client, "_bucket_metadata_cache", None) is not None:
         # This cache only decorates OpenTelemetry spans, but on each miss it starts a
         # background bucket GET with SDK retries, outside our policy: switch it off.
         client._bucket_metadata_cache = None
     return client
+
+
+def _authorized_session(credentials: Any) -> AuthorizedSession:
+    """The session google-cloud-core would build for the client, except that its
+    connections reset on close, so an upload given up on is never delivered late
+    (``runtime/storage/sockets.py``). Pool size and (no) retries stay requests' defaults."""
+    session = AuthorizedSession(credentials, refresh_timeout=_CREDENTIALS_REFRESH_TIMEOUT)  # type: ignore[no-untyped-call]
+    adapter = AbortOnCloseAdapter()
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    # As the client does for its own session. When client certificates are in use
+    # (GOOGLE_API_USE_CLIENT_CERTIFICATE), google-auth mounts its mTLS adapter for
+    # https:// in place of ours, and those connections close gracefully.
+    session.configure_mtls_channel()  # type: ignore[no-untyped-call]
+    return session

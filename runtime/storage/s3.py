@@ -26,6 +26,7 @@ from runtime.storage.errors import StorageConfigError
 from runtime.storage.keys import validate_key
 from runtime.storage.retry import RetryPolicy
 from runtime.storage.settings import SettingSource
+from runtime.storage.sockets import with_abort_on_close
 from runtime.storage.streams import DEFAULT_CHUNK_SIZE, read_full
 
 logger = logging.getLogger(__name__)
@@ -143,6 +144,7 @@ class S3Store(ObjectStore):
         self._client: Any = session.client(
             "s3", endpoint_url=settings.endpoint_url, use_ssl=not settings.disable_ssl, config=config
         )
+        _abort_on_close(self._client)
         self._transfer = TransferConfig(
             multipart_threshold=DEFAULT_CHUNK_SIZE,
             multipart_chunksize=DEFAULT_CHUNK_SIZE,
@@ -312,6 +314,23 @@ class _FullReads:
 
     def tell(self) -> int:
         return self._stream.tell()
+
+
+def _abort_on_close(client: Any) -> None:
+    """Make the client's connections reset on close, so an upload given up on is
+    never delivered late (``runtime/storage/sockets.py``). botocore has no public
+    setting for socket options (its Config offers only ``tcp_keepalive``): extend
+    the list its URLLib3Session keeps, TCP_NODELAY (and SO_KEEPALIVE) included,
+    which proxy pools read when built, and the pool manager's, before any pool exists."""
+    http: Any = getattr(getattr(client, "_endpoint", None), "http_session", None)
+    options = getattr(http, "_socket_options", None)
+    pool_kw = getattr(getattr(http, "_manager", None), "connection_pool_kw", None)
+    if not isinstance(options, list) or not isinstance(pool_kw, dict):
+        logger.warning("botocore's HTTP session has changed shape: S3 connections will close gracefully")
+        return
+    options = with_abort_on_close(options)
+    http._socket_options = options
+    pool_kw["socket_options"] = options
 
 
 def _read_body(resp: dict[str, Any]) -> bytes:
