@@ -73,10 +73,11 @@ def child(store_dir: str, out: str, processes: int | None) -> None:
 def replay_form() -> str:
     """Whether the builds below run the native build (setup.py, RHS_MYPYC=1; ``make native``
     compiles one in .test-artifacts/native, whose bench/ measures it) or the source."""
-    from runtime.server.replay import tasks
+    from runtime.server.replay import route, task_events, tasks
 
     compiled = any(str(tasks.__file__).endswith(suffix) for suffix in EXTENSION_SUFFIXES)
-    return "native (mypyc)" if compiled else "Python"
+    in_c = task_events.native_lifecycle is not None and route.native_core is not None
+    return ("native (mypyc" + (" + C" if in_c else "") + ")") if compiled else "Python"
 
 
 def ensure_session(cache: Path, tasks: int, gzip_events: bool) -> Path:
