@@ -147,6 +147,23 @@ static int literal(Cursor *c, const char *word) {
 
 static int skip_value(Cursor *c, int depth);
 
+/* After a container's element: 1 when another follows (',' consumed), 0 at its end
+ * (``close`` consumed), -1 on anything else. */
+static int after_element(Cursor *c, char close) {
+    skip_ws(c);
+    if (c->p >= c->end) return -1;
+    if (*c->p == ',') {
+        c->p++;
+        skip_ws(c);
+        return 1;
+    }
+    if (*c->p == close) {
+        c->p++;
+        return 0;
+    }
+    return -1;
+}
+
 static int skip_container(Cursor *c, int depth, char close, int keyed) {
     c->p++;
     skip_ws(c);
@@ -164,18 +181,8 @@ static int skip_container(Cursor *c, int depth, char close, int keyed) {
             skip_ws(c);
         }
         if (!skip_value(c, depth + 1)) return 0;
-        skip_ws(c);
-        if (c->p >= c->end) return 0;
-        if (*c->p == ',') {
-            c->p++;
-            skip_ws(c);
-            continue;
-        }
-        if (*c->p == close) {
-            c->p++;
-            return 1;
-        }
-        return 0;
+        int next = after_element(c, close);
+        if (next <= 0) return next == 0;
     }
 }
 
@@ -228,6 +235,19 @@ static int next_member(Cursor *c, int *first, Span *key) {
 static inline int key_is(const Cursor *c, const Span *key, const char *name) {
     size_t n = strlen(name);
     return (size_t)key->len == n && memcmp(c->base + key->at, name, n) == 0;
+}
+
+/* Which of ``names`` a member's key is: its index, -1 for another key, -2 for one seen
+ * before in this object (what msgspec would do with it is the Python path's to know). */
+static int member(const Cursor *c, const Span *key, const char *const *names, int n, int *seen) {
+    for (int i = 0; i < n; i++) {
+        if (key_is(c, key, names[i])) {
+            if (*seen & (1 << i)) return -2;
+            *seen |= 1 << i;
+            return i;
+        }
+    }
+    return -1;
 }
 
 static inline int is_null(Cursor *c) { return c->p < c->end && *c->p == 'n' && literal(c, "null"); }
@@ -334,18 +354,8 @@ static int read_transitions(Cursor *c, Scan *scan, Record *r) {
         TransitionRef ref = {timestamp, rank};
         if (push_transition(scan, ref) < 0) return -1;
         r->transitions++;
-        skip_ws(c);
-        if (c->p >= c->end) return 0;
-        if (*c->p == ',') {
-            c->p++;
-            skip_ws(c);
-            continue;
-        }
-        if (*c->p == ']') {
-            c->p++;
-            return 1;
-        }
-        return 0;
+        int next = after_element(c, ']');
+        if (next <= 0) return next == 0;
     }
 }
 
@@ -360,15 +370,12 @@ static int read_log_info(Cursor *c, Record *r) {
     r->out.file.len = r->err.file.len = -1;
     r->out.start = r->out.end = r->err.start = r->err.end = 0;
     while ((more = next_member(c, &first, &key)) == 1) {
-        int which = -1;
-        for (int i = 0; i < 6; i++)
-            if (key_is(c, &key, names[i])) which = i;
+        int which = member(c, &key, names, 6, &seen);
+        if (which == -2) return 0;
         if (which < 0) {
             if (!skip_value(c, 3)) return 0;
             continue;
         }
-        if (seen & (1 << which)) return 0;
-        seen |= 1 << which;
         LogSide *side = sides[which / 3];
         int null = c->p < c->end && *c->p == 'n';
         if (which % 3 == 0) {
@@ -397,15 +404,12 @@ static int read_payload(Cursor *c, Scan *scan, Record *r) {
     r->first_transition = scan->transition_count;
     r->transitions = 0;
     while ((more = next_member(c, &first, &key)) == 1) {
-        int which = -1;
-        for (int i = 0; i < 11; i++)
-            if (key_is(c, &key, names[i])) which = i;
+        int which = member(c, &key, names, 11, &seen);
+        if (which == -2) return 0;
         if (which < 0) {
             if (!skip_value(c, 2)) return 0;
             continue;
         }
-        if (seen & (1 << which)) return 0;
-        seen |= 1 << which;
         int ok;
         switch (which) {
             case 0: ok = read_string(c, &r->task_id); break;

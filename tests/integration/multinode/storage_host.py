@@ -11,8 +11,10 @@ test process reaches the server through a :class:`Tunnel` (with its own
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 from runtime.storage.base import ObjectStore
@@ -108,3 +110,14 @@ class StorageHost:
             self.server.stop(signal.SIGTERM, timeout=10)
         self.topology.kill_all(self.ns)
         privileged(["ip", "netns", "del", self.ns], check=False)
+
+
+@contextlib.contextmanager
+def running_storage(topology: Topology, workdir: Path, bucket: str) -> Iterator[StorageHost]:
+    """A started :class:`StorageHost`, destroyed on the way out."""
+    host = StorageHost(topology, workdir, bucket)
+    try:
+        host.start()
+        yield host
+    finally:
+        host.destroy()

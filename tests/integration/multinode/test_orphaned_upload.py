@@ -27,7 +27,7 @@ import pytest
 
 from tests.integration.emulators.base import REPO_ROOT
 from tests.integration.multinode.netns import NsProcess, Topology, run_in
-from tests.integration.multinode.storage_host import STORAGE_IP, StorageHost
+from tests.integration.multinode.storage_host import STORAGE_IP, StorageHost, running_storage
 from tests.integration.ray_harness import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.multinode, pytest.mark.slow]
@@ -68,12 +68,8 @@ else:
 
 @pytest.fixture
 def storage(topology: Topology, tmp_path: Path) -> Iterator[StorageHost]:
-    host = StorageHost(topology, tmp_path, "orphan-bucket")
-    try:
-        host.start()
+    with running_storage(topology, tmp_path, "orphan-bucket") as host:
         yield host
-    finally:
-        host.destroy()
 
 
 def run_client(host: StorageHost, ns: str, mode: str, workdir: Path) -> NsProcess:

@@ -27,7 +27,7 @@ import requests
 
 from tests.integration.multinode.cluster import CLUSTER, Node, TwoNodeCluster, compare_logs
 from tests.integration.multinode.netns import Topology
-from tests.integration.multinode.storage_host import StorageHost
+from tests.integration.multinode.storage_host import StorageHost, running_storage
 from tests.integration.ray_harness import stored_events, unique_id, wait_until
 from tests.integration.server.harness import HistoryServerProcess
 
@@ -41,12 +41,8 @@ EXIT_SLACK = 5.0
 
 @pytest.fixture
 def storage(topology: Topology, tmp_path: Path) -> Iterator[StorageHost]:
-    host = StorageHost(topology, tmp_path, "outage-bucket")
-    try:
-        host.start()
+    with running_storage(topology, tmp_path, "outage-bucket") as host:
         yield host
-    finally:
-        host.destroy()
 
 
 @pytest.fixture
