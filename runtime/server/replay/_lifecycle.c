@@ -523,7 +523,7 @@ static PyObject *scan(PyObject *module, PyObject *arg) {
     Py_ssize_t run = 0;
     int taking = 1; /* runs alternate: taken lines first, then lines for Python, ... */
     const char *line = base;
-    while (line <= end) {
+    for (;;) {
         const char *stop = memchr(line, '\n', end - line);
         if (stop == NULL) stop = end;
         if (s->count == s->capacity) {
@@ -562,6 +562,7 @@ static PyObject *scan(PyObject *module, PyObject *arg) {
             }
             Py_DECREF(text);
         }
+        if (stop == end) break;
         line = stop + 1;
     }
     PyObject *n = PyLong_FromSsize_t(run);
@@ -670,12 +671,11 @@ static int set_int(PyObject *state, PyObject *name, int64_t value) {
 static PyObject *hex_of(Context *ctx, PyObject *raw) {
     PyObject *found = PyDict_GetItemWithError(ctx->known, raw);
     if (found != NULL) {
+        Py_INCREF(found); /* borrowed: held while its truth is asked */
         int truth = PyObject_IsTrue(found);
+        if (truth > 0) return found;
+        Py_DECREF(found);
         if (truth < 0) return NULL;
-        if (truth) {
-            Py_INCREF(found);
-            return found;
-        }
     } else if (PyErr_Occurred()) {
         return NULL;
     }
@@ -866,7 +866,7 @@ static int apply_one(Context *ctx, Scan *scan, const Record *r) {
         int64_t ns;
         int found = transition_ns(ctx, text + t->timestamp.at, &ns);
         if (found == -2) {
-            PyErr_SetString(PyExc_OverflowError, "a cached second beyond int64");
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "a cached second beyond int64");
             found = -1;
         }
         if (found < 0) {

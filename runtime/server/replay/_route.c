@@ -104,7 +104,17 @@ static int add_line(Core *core, int shard, const char *line, Py_ssize_t len) {
     return 0;
 }
 
+/* 0 when the core can be used: initialised, and not cleared by the garbage collector. */
+static int check_ready(Core *self) {
+    if (self->batches == NULL || self->sink == NULL || self->slow == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "RouterCore is not initialised");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *Core_feed(Core *self, PyObject *arg) {
+    if (check_ready(self) < 0) return NULL;
     if (!PyBytes_Check(arg)) {
         PyErr_SetString(PyExc_TypeError, "feed() takes bytes");
         return NULL;
@@ -113,7 +123,7 @@ static PyObject *Core_feed(Core *self, PyObject *arg) {
     const char *base = PyBytes_AS_STRING(arg), *end = base + PyBytes_GET_SIZE(arg);
     const char *line = base;
     PyObject *result = Py_None;
-    while (line <= end) {
+    for (;;) {
         const char *stop = memchr(line, '\n', end - line);
         if (stop == NULL) stop = end;
         Py_ssize_t len = stop - line;
@@ -133,6 +143,7 @@ static PyObject *Core_feed(Core *self, PyObject *arg) {
             }
             Py_DECREF(done);
         }
+        if (stop == end) break;
         line = stop + 1;
     }
     Py_DECREF(arg);
@@ -153,6 +164,7 @@ static int shard_arg(Core *self, PyObject *arg, int *shard) {
 
 static PyObject *Core_append(Core *self, PyObject *const *args, Py_ssize_t nargs) {
     int shard;
+    if (check_ready(self) < 0) return NULL;
     if (nargs != 2 || !PyBytes_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "append(shard, line: bytes)");
         return NULL;
@@ -164,6 +176,7 @@ static PyObject *Core_append(Core *self, PyObject *const *args, Py_ssize_t nargs
 
 static PyObject *Core_flush(Core *self, PyObject *arg) {
     int shard;
+    if (check_ready(self) < 0) return NULL;
     if (shard_arg(self, arg, &shard) < 0 || flush_shard(self, shard) < 0) return NULL;
     Py_RETURN_NONE;
 }

@@ -188,16 +188,22 @@ def scan_task_blob(blob: bytes, lines: int | None = None) -> ScannedBlob | None:
     scan, others, runs = native_lifecycle.scan(body)
     if not scan.count:
         return None
-    decoded: list[TaskEvent] = []
-    if others:
-        found = _decode_lines(b"\n".join(others))
-        # One value for each line, as decode_task_blob's count demands of the whole blob.
-        if found is None or len(found) != len(others):
-            return None
-        decoded = found
     expected = lines if lines is not None else body.count(b"\n") + 1
-    if scan.count + len(decoded) != expected:
+    if scan.count + len(others) != expected:
         return None
+    # Each run of other lines on its own, as many values as lines: then the values are
+    # those the whole blob decodes to, in its order (a run ends where a taken line, a
+    # whole object, begins). A run that is not (a value spread over lines, two on one, a
+    # blank line) sends the blob the way it went without the scan, which decides alone.
+    decoded: list[TaskEvent] = []
+    done = 0
+    for n in runs[1::2]:
+        if n:
+            found = _decode_lines(b"\n".join(others[done : done + n]))
+            if found is None or len(found) != n:
+                return None
+            decoded += found
+            done += n
     return ScannedBlob(scan, runs, decoded)
 
 

@@ -265,6 +265,47 @@ def test_every_shape_replays_as_without_the_scan(
     assert_same([b"\n".join([line(owner()), b"", *lines])], monkeypatch, native)
 
 
+def _lifecycle_text(job: str, event_id: str, second: int, **extra: Any) -> str:
+    payload = {"taskId": TASK_B64, "jobId": job, "stateTransitions": [{"state": "RUNNING", "timestamp": ts(second)}]}
+    event = {"eventId": event_id, "eventType": "TASK_LIFECYCLE_EVENT", "taskLifecycleEvent": {**payload, **extra}}
+    return json.dumps(event, separators=(",", ":"))
+
+
+def test_values_that_do_not_follow_lines_keep_their_order(native: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found in review: the other lines decoded together let a blank line and a line of
+    two values trade places across a taken line (the first-wins job came from the wrong
+    event). Decoded run by run, such a blob goes the way it would without the scan."""
+    data = "\n".join(
+        [
+            _lifecycle_text("", "x", 3, rayErrorInfo={"errorType": "E"}),
+            "",
+            _lifecycle_text("AgAAAA==", "a", 3),
+            _lifecycle_text("AwAAAA==", "b", 4) + " " + _lifecycle_text("BAAAAA==", "c", 5),
+        ]
+    ).encode()
+    assert native.scan(data)[2] == [0, 2, 1, 1]
+    assert_same([data], monkeypatch, native)
+
+
+def test_an_object_split_around_a_taken_line_is_not_joined(native: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found in review: with the taken line removed, the two halves of a broken object
+    around it joined into a valid event, and a blob the typed path rejects was replayed
+    typed (the tolerant path counts its bad lines instead)."""
+    data = "\n".join(
+        [
+            '{"eventType":"TASK_PROFILE_EVENT","eventId":"p","x":',
+            _lifecycle_text("AgAAAA==", "a", 3),
+            "1}",
+            _lifecycle_text("AwAAAA==", "b", 4) + " " + _lifecycle_text("AwAAAA==", "c", 5),
+        ]
+    ).encode()
+    assert task_events.decode_task_blob(data) is None
+    assert_same([data], monkeypatch, native)
+    with monkeypatch.context() as patch:
+        patch.setattr(task_events, "native_lifecycle", native)
+        assert task_events.scan_task_blob(data) is None
+
+
 def test_mutated_lines_replay_as_without_the_scan(native: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     """Random damage to real lines (bytes dropped, doubled or replaced by JSON's
     delimiters, escapes and digits) never makes the two paths disagree."""

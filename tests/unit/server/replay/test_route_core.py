@@ -147,3 +147,16 @@ def test_a_failing_sink_drops_its_batch_as_in_python(core: Any) -> None:
         return seen
 
     assert run(core) == run(None)
+
+
+def test_a_core_never_initialised_raises_instead_of_crashing(core: Any) -> None:
+    """Found in review: a RouterCore made without __init__ read through its null batches."""
+    bare = core.__new__(core)
+    for call in (
+        lambda: bare.feed(b'{"taskId":"' + b"A" * 32 + b'"}'),
+        lambda: bare.feed(b'{"x":1}'),
+        lambda: bare.append(0, b"x"),
+        lambda: bare.flush(0),
+    ):
+        with pytest.raises(RuntimeError, match="not initialised"):
+            call()
