@@ -52,10 +52,20 @@ def _drop_prefix() -> list[str]:
     return ["setpriv", f"--reuid={os.getuid()}", f"--regid={os.getgid()}", "--clear-groups"]
 
 
+class PrivilegedCommandFailed(subprocess.CalledProcessError):
+    """A failed ``ip`` (or other root) command, with what it said on stderr in its message."""
+
+    def __str__(self) -> str:
+        said = (self.stderr or "").strip()[:500]
+        return f"{super().__str__()} It said: {said or '(nothing)'}"
+
+
 def privileged(args: Sequence[str], *, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*_privilege_prefix(), *args], check=check, capture_output=True, text=True, timeout=timeout
-    )  # fmt: skip
+    command = [*_privilege_prefix(), *args]
+    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=timeout)
+    if check and done.returncode != 0:
+        raise PrivilegedCommandFailed(done.returncode, command, done.stdout, done.stderr)
+    return done
 
 
 def unavailable_reason() -> str | None:

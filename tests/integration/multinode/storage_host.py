@@ -109,6 +109,12 @@ class StorageHost:
         if self.server is not None:
             self.server.stop(signal.SIGTERM, timeout=10)
         self.topology.kill_all(self.ns)
+        # The bridge port goes explicitly, and the storage end with it: `ip netns del`
+        # only unmounts the name, and the namespace (with its veth pair) lives on while
+        # anything references it, e.g. fake-gcs-server's orphaned TCP sockets still
+        # retransmitting to a cut peer. The next host's `link add ... p-sto` would then
+        # fail with "File exists".
+        privileged(["ip", "-n", self.topology.switch, "link", "del", BRIDGE_PORT], check=False)
         privileged(["ip", "netns", "del", self.ns], check=False)
 
 
