@@ -98,7 +98,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="with --live-check kubernetes outside a pod: this kubeconfig (default $KUBECONFIG or ~/.kube/config)",
     )
-    parser.add_argument("--json", action="store_true", help="one JSON object per session on stdout instead of a table")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per session on stdout, each as soon as its session is done, instead of a table",
+    )
     parser.add_argument(
         "--shared-index-container",
         metavar="NAME",
@@ -143,11 +147,18 @@ def run(args: argparse.Namespace) -> int:
 
             live = list_live_clusters(args.kubeconfig)
         decisions = select(records, cutoff=cutoff, live=live)
-        outcomes = [
-            _apply(store, layout, decision, cutoff, dry_run=args.dry_run, index_store=index_store)
-            for decision in decisions
-        ]
-    _report(outcomes, cutoff, as_json=args.json)
+        outcomes: list[Outcome] = []
+        for decision in decisions:
+            outcome = _apply(store, layout, decision, cutoff, dry_run=args.dry_run, index_store=index_store)
+            outcomes.append(outcome)
+            if args.json:
+                # Each line as soon as its session is done: a run killed midway (the
+                # CronJob's activeDeadlineSeconds) has still logged what it deleted.
+                sys.stdout.write(json.dumps(outcome_json(outcome, cutoff)) + "\n")
+                sys.stdout.flush()
+    if not args.json:
+        _table(outcomes)
+    _summary(outcomes, cutoff)
     failed = [o for o in outcomes if o.action == "failed"]
     if failed:
         raise CliError(f"{len(failed)} session(s) not deleted, see above; the next run retries them")
@@ -287,31 +298,31 @@ def outcome_json(outcome: Outcome, cutoff: datetime) -> dict[str, Any]:
     }
 
 
-def _report(outcomes: list[Outcome], cutoff: datetime, *, as_json: bool) -> None:
+def _table(outcomes: list[Outcome]) -> None:
+    """The outcomes as a table (its widths need every row: printed at the end)."""
     out = sys.stdout
-    if as_json:
-        for outcome in outcomes:
-            out.write(json.dumps(outcome_json(outcome, cutoff)) + "\n")
-    else:
-        header = ("ACTION", "CLUSTER", "SESSION", "LAST WRITTEN", "OBJECTS", "SIZE", "REASON")
-        rows = [header] + [
-            (
-                o.action,
-                _cluster_name(o.decision.record),
-                o.decision.record.session,
-                _when(o.decision.record.newest),
-                str(o.decision.record.objects),
-                _size(o.decision.record.bytes),
-                o.reason,
-            )
-            for o in outcomes
-        ]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
-        for row, shown in zip(rows, [None, *outcomes], strict=True):
-            out.write("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + f"  {row[-1]}\n")
-            for key in sorted(shown.decision.record.index_keys) if shown and shown.action != "kept" else ():
-                out.write(f"    shared index: {key}\n")
+    header = ("ACTION", "CLUSTER", "SESSION", "LAST WRITTEN", "OBJECTS", "SIZE", "REASON")
+    rows = [header] + [
+        (
+            o.action,
+            _cluster_name(o.decision.record),
+            o.decision.record.session,
+            _when(o.decision.record.newest),
+            str(o.decision.record.objects),
+            _size(o.decision.record.bytes),
+            o.reason,
+        )
+        for o in outcomes
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+    for row, shown in zip(rows, [None, *outcomes], strict=True):
+        out.write("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + f"  {row[-1]}\n")
+        for key in sorted(shown.decision.record.index_keys) if shown and shown.action != "kept" else ():
+            out.write(f"    shared index: {key}\n")
     out.flush()
+
+
+def _summary(outcomes: list[Outcome], cutoff: datetime) -> None:
     counts = {action: sum(1 for o in outcomes if o.action == action) for action in {o.action for o in outcomes}}
     summary = ", ".join(f"{n} {action}" for action, n in sorted(counts.items())) or "no stored sessions"
     sys.stderr.write(f"ray-history gc: {summary} (cutoff {_when(cutoff)})\n")

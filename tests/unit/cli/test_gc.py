@@ -364,6 +364,37 @@ def test_gc_runs_without_rich(tmp_path: Path) -> None:
     assert "deleted" in done.stdout and "1 deleted, 1 kept" in done.stderr
 
 
+def test_json_lines_are_written_as_each_session_is_done(tmp_path: Path) -> None:
+    """The CronJob's Job has an activeDeadlineSeconds: a run killed there (SIGTERM, then
+    SIGKILL) must have logged every session it deleted until then, so each JSON line is
+    flushed as its session is done. SIGKILL at the second delete stands in for the kill;
+    stdout is a pipe, so a line left in Python's buffer would be lost."""
+    other = ClusterRef("team-a", "other")
+    for cluster in (DEMO, other):
+        _write_session(tmp_path, cluster, S1, 40, layout=KeyLayout())
+        _write_session(tmp_path, cluster, S2, 40, layout=KeyLayout())
+    script = (
+        "import os, signal\n"
+        "import runtime.cli.gc as gc\n"
+        "real, calls = gc.delete_session, []\n"
+        "def killed_at_the_second(*args, **kwargs):\n"
+        "    calls.append(1)\n"
+        "    if len(calls) == 2:\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    return real(*args, **kwargs)\n"
+        "gc.delete_session = killed_at_the_second\n"
+        "from runtime.cli.main import main\n"
+        f"main(['gc', '--storage-backend=local', '--local-storage-dir={tmp_path}', '--older-than=30d', '--json'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          check=False)  # fmt: skip
+    assert done.returncode == -9, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    deleted = [(row["namespace"], row["cluster"], row["session"]) for row in rows if row["action"] == "deleted"]
+    assert len(deleted) == 1, done.stdout
+    assert not any(deleted[0][2] in path and deleted[0][1] in path for path in _files(tmp_path))
+
+
 # ------------------------------------------------------------ what gc must survive
 def test_a_key_the_tool_cannot_delete_fails_its_session_whole_and_the_run_goes_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
