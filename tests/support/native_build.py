@@ -8,6 +8,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 from types import ModuleType
@@ -41,6 +42,17 @@ def c_extensions() -> list[str]:
     raise AssertionError("setup.py defines no C_EXTENSIONS")
 
 
+def c_extension(name: str, built: ModuleType | None, directory: Path) -> ModuleType:
+    """One of C_EXTENSIONS: ``built`` (the native build's own, as the package found
+    it), else compiled into ``directory`` here; under ``make test-native``
+    (RHS_EXPECT_NATIVE=1) a missing one fails the test."""
+    if built is not None:
+        return built
+    if os.environ.get("RHS_EXPECT_NATIVE") == "1":
+        pytest.fail(f"the native build did not compile {name.replace('.', '/')}.c")
+    return compile_c_extension(name, directory)
+
+
 def compile_c_extension(name: str, directory: Path) -> ModuleType:
     """One of C_EXTENSIONS compiled into ``directory`` with the system's C compiler and
     loaded under its own name (not imported: the tree's modules stay what they are).
@@ -56,6 +68,9 @@ def compile_c_extension(name: str, directory: Path) -> ModuleType:
     loader = importlib.machinery.ExtensionFileLoader(name, str(out))
     spec = importlib.util.spec_from_file_location(name, out, loader=loader)
     assert spec is not None
+    had = name in sys.modules
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
+    if not had:  # CPython files a single-phase-init extension in sys.modules: not imported, as said
+        sys.modules.pop(name, None)
     return module

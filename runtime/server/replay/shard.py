@@ -13,7 +13,7 @@ from typing import Any
 from runtime.server.replay.decode import decode_events
 from runtime.server.replay.render_tasks import TaskRenderer
 from runtime.server.replay.session import SessionReplay
-from runtime.server.replay.task_events import decode_task_blob, scan_task_blob
+from runtime.server.replay.task_events import ScannedBlob, typed_task_blob
 from runtime.server.replay.task_failures import FailureContext
 
 
@@ -57,13 +57,12 @@ class TaskShard:
         """JSON lines routed to this shard (``lines`` of them, when the router said):
         typed when every line is a task event of the exact shape (nearly always),
         else decoded the tolerant way."""
-        scanned = scan_task_blob(blob, lines)
-        if scanned is not None:  # the native build: lifecycle events scanned in C
-            self.replay.feed_scanned(scanned)
+        typed = typed_task_blob(blob, lines)
+        if isinstance(typed, ScannedBlob):  # the native build: lifecycle events scanned in C
+            self.replay.feed_scanned(typed)
             return
-        events = decode_task_blob(blob, lines)
-        if events is not None:
-            self.replay.feed_task_events(events)
+        if typed is not None:
+            self.replay.feed_task_events(typed)
             return
         result = decode_events(blob)
         self.bad_lines += result.bad_lines

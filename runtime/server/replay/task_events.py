@@ -158,8 +158,11 @@ def decode_task_blob(blob: bytes, lines: int | None = None) -> list[TaskEvent] |
     the exact shapes above (then decode the blob the tolerant way). ``lines``: how
     many lines the blob holds, when its maker knows (saves counting them)."""
     body = _typed_body(blob)
-    if body is None:
-        return None
+    return None if body is None else _decoded(body, lines)
+
+
+def _decoded(body: bytes, lines: int | None) -> list[TaskEvent] | None:
+    """:func:`decode_task_blob` of a body :func:`_typed_body` accepted."""
     events = _decode_lines(body)
     # decode_lines skips blank lines and also splits values on spaces: one value per
     # line or the tolerant path, which skips the one and rejects the other.
@@ -183,9 +186,26 @@ def scan_task_blob(blob: bytes, lines: int | None = None) -> ScannedBlob | None:
     if native_lifecycle is None:
         return None
     body = _typed_body(blob)
+    return None if body is None else _scanned(native_lifecycle, body, lines)
+
+
+def typed_task_blob(blob: bytes, lines: int | None = None) -> ScannedBlob | list[TaskEvent] | None:
+    """The blob as :func:`scan_task_blob` takes it, else as :func:`decode_task_blob`
+    decodes it, else None (decode it the tolerant way); stripped and checked once."""
+    body = _typed_body(blob)
     if body is None:
         return None
-    scan, others, runs = native_lifecycle.scan(body)
+    if native_lifecycle is not None:
+        scanned = _scanned(native_lifecycle, body, lines)
+        if scanned is not None:
+            return scanned
+    return _decoded(body, lines)
+
+
+def _scanned(native: ModuleType, body: bytes, lines: int | None) -> ScannedBlob | None:
+    """:func:`scan_task_blob` of a body :func:`_typed_body` accepted, by ``native``
+    (:data:`native_lifecycle`)."""
+    scan, others, runs = native.scan(body)
     if not scan.count:
         return None
     expected = lines if lines is not None else body.count(b"\n") + 1

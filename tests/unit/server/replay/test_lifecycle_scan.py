@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import random
 from types import ModuleType
 from typing import Any
@@ -20,7 +19,7 @@ import pytest
 
 from runtime.server.replay import task_events, tasks
 from runtime.server.replay.shard import TaskShard
-from tests.support.native_build import compile_c_extension
+from tests.support.native_build import c_extension
 from tests.support.sample_session import RUN_A, RUN_B, load_events
 from tests.unit.server.replay.events import (
     NODE_B64,
@@ -43,11 +42,8 @@ BASE_NS = 1_795_000_000 * 10**9
 @pytest.fixture(scope="module")
 def scan_module(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     """The C module: the native build's own, else compiled here from the source."""
-    if task_events.native_lifecycle is not None:
-        return task_events.native_lifecycle
-    if os.environ.get("RHS_EXPECT_NATIVE") == "1":
-        pytest.fail("the native build did not compile runtime/server/replay/_lifecycle.c")
-    return compile_c_extension("runtime.server.replay._lifecycle", tmp_path_factory.mktemp("native"))
+    directory = tmp_path_factory.mktemp("native")
+    return c_extension("runtime.server.replay._lifecycle", task_events.native_lifecycle, directory)
 
 
 @pytest.fixture
