@@ -22,11 +22,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.multinode]
 
 
 def test_a_second_storage_host_starts_while_the_first_namespace_lingers(topology: Topology, tmp_path: Path) -> None:
-    holder: subprocess.Popen[bytes] | None = None
+    holder: subprocess.Popen[str] | None = None
     try:
         with running_storage(topology, tmp_path / "first", "first-bucket") as first:
-            # Not a process *inside* the namespace (destroy kills those): one holding it open.
-            holder = subprocess.Popen([*_privilege_prefix(), "sh", "-c", f"exec sleep 300 3</run/netns/{first.ns}"])
+            # Not a process *inside* the namespace (destroy kills those): one holding it
+            # open until its stdin closes (so it ends under sudo too, where a kill would
+            # reach only sudo).
+            holder = subprocess.Popen(
+                [*_privilege_prefix(), "sh", "-c", f"exec 3</run/netns/{first.ns} && echo held && read -r _"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert holder.stdout is not None
+            assert holder.stdout.readline() == "held\n", "could not hold the storage namespace open"
         assert privileged(["ip", "-n", topology.switch, "link", "show", BRIDGE_PORT], check=False).returncode != 0, (
             "the bridge port outlived its storage host"
         )
@@ -36,5 +45,6 @@ def test_a_second_storage_host_starts_while_the_first_namespace_lingers(topology
             assert store.get_bytes("probe") == b"reachable"
     finally:
         if holder is not None:
-            privileged(["kill", "-KILL", str(holder.pid)], check=False)
+            assert holder.stdin is not None
+            holder.stdin.close()
             holder.wait(timeout=10)
