@@ -379,26 +379,14 @@ class TaskTable:
                 merge_attempts(other, state)
         result = [(task_id, attempt, state) for (task_id, attempt), state in seen.items()]
         if ordered:
-            # By (task id, attempt), unique. Sorting by the id alone compares str with
-            # str (memcmp), 2-3x faster than comparing tuples (100k attempts: 62 ms
-            # against 150 ms); then the attempts of one id, adjacent now, in order.
-            result.sort(key=itemgetter(0))
+            # By (task id, attempt), unique: two stable sorts on single keys, which
+            # list.sort compares as plain str and int, 2-3x faster than comparing
+            # tuples (100k attempts: 62 ms against 150 ms). Without retries every
+            # attempt is 0: the id alone orders them.
             if retried:
-                _order_attempts(result)
+                result.sort(key=itemgetter(1))
+            result.sort(key=itemgetter(0))
         return result
-
-
-def _order_attempts(result: list[tuple[str, int, Attempt]]) -> None:
-    """Sort each run of one task id's attempts (in a list sorted by id) by attempt."""
-    n, end = 0, len(result)
-    while n < end:
-        task_id = result[n][0]
-        last = n + 1
-        while last < end and result[last][0] == task_id:
-            last += 1
-        if last - n > 1:
-            result[n:last] = sorted(result[n:last], key=itemgetter(1))
-        n = last
 
 
 _NO_FALLBACK = b'{"options":[]}'
