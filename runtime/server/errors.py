@@ -11,6 +11,7 @@ import orjson
 from flask import Flask, Response
 from werkzeug.exceptions import HTTPException
 
+from runtime.server.index.errors import SessionLoadError
 from runtime.storage.errors import InvalidKeyError, StorageError, StorageUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -38,10 +39,6 @@ class IndexBuildingError(ApiError):
         super().__init__(503, msg, headers=headers, extra=progress)
         self.progress = progress
         self.session = session
-
-
-class SessionLoadError(Exception):
-    """A stored session could not be indexed (e.g. no event object was readable)."""
 
 
 def json_response(body: bytes, status: int = 200) -> Response:

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import orjson
 
-from runtime.server.errors import SessionLoadError
 from runtime.server.index.cpus import usable_cpus
+from runtime.server.index.errors import SessionLoadError
 from runtime.server.index.fingerprint import fingerprints
 from runtime.server.index.index_file import INSERT_OBJECT, BuildStats, object_rows, write_meta
 from runtime.server.index.pool import WorkerError, WorkerPool

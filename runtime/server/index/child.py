@@ -33,8 +33,8 @@ from typing import BinaryIO
 
 import orjson
 
-from runtime.server.errors import SessionLoadError
 from runtime.server.index.cpus import killed_hint
+from runtime.server.index.errors import SessionLoadError
 from runtime.server.index.pool import python_env
 from runtime.server.index.progress import ProgressCallback, no_progress
 from runtime.storage.base import ObjectInfo

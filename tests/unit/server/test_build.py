@@ -14,9 +14,9 @@ import orjson
 import pytest
 
 from bench.synth_session import write_synthetic_session
-from runtime.server.errors import SessionLoadError
 from runtime.server.index import schema
 from runtime.server.index.build import build_index
+from runtime.server.index.errors import SessionLoadError
 from runtime.server.index.fingerprint import fingerprints
 from runtime.server.index.index_file import refresh_objects
 from runtime.server.index.reader import SessionIndex

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.server.errors import SessionLoadError
 from runtime.server.index.child import build_in_child
+from runtime.server.index.errors import SessionLoadError
 from runtime.server.index.reader import SessionIndex
 from runtime.storage.config import StorageConfig, open_store
 from runtime.storage.layout import KeyLayout
