@@ -23,6 +23,7 @@ NATIVE_MODULES = [
     "runtime/server/replay/shard.py",
     "runtime/server/replay/task_detail.py",
     "runtime/server/replay/task_failures.py",
+    "runtime/server/replay/task_feed.py",
     "runtime/server/replay/tasks.py",
     "runtime/server/replay/timestamps.py",
     "runtime/server/index/shard_db.py",

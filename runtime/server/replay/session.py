@@ -21,23 +21,18 @@ from runtime.server.replay.jobs import JobTable
 from runtime.server.replay.nodes import NodeTable
 from runtime.server.replay.task_events import (
     EVENT_TYPES,
-    ActorTaskDefinitionEvent,
-    DefinitionEvent,
-    LifecycleEvent,
-    ProfileEvent,
     ScannedBlob,
     TaskEvent,
     definition_from_dict,
     lifecycle_from_dict,
 )
 from runtime.server.replay.task_failures import FailureContext, WorkerDeaths
+from runtime.server.replay.task_feed import apply_scanned, apply_typed
 from runtime.server.replay.tasks import TaskTable
 from runtime.server.replay.timestamps import ts_ns
 
 Handler = Callable[[dict[str, Any]], bool]
 TaskHandler = Callable[[dict[str, Any], int | None], int]
-#: A task handler of the typed fast path: its payload is a dict or a LifecyclePayload.
-TypedTaskHandler = Callable[[Any, int | None], int]
 
 
 @dataclass
@@ -99,13 +94,6 @@ class SessionReplay:
             "NODE_LIFECYCLE_EVENT": ("nodeLifecycleEvent", self.nodes.lifecycle),
             "WORKER_LIFECYCLE_EVENT": ("workerLifecycleEvent", self.workers.lifecycle),
         }
-        #: the same handlers for the typed task events of a shard's fast path
-        self._typed_handlers: dict[type[Any], TypedTaskHandler] = {
-            DefinitionEvent: tasks.definition,
-            ActorTaskDefinitionEvent: lambda p, m: tasks.definition(p, m, True),
-            LifecycleEvent: tasks.lifecycle,
-            ProfileEvent: tasks.profile,
-        }
         if tasks_only:
             self._handlers.clear()
         self._tasks_only = tasks_only
@@ -119,51 +107,13 @@ class SessionReplay:
         the task branch of :meth:`feed`, for typed events."""
         # Counted by type in C, once per blob; the rare duplicates are taken back.
         kinds = Counter(map(type, events))
-        duplicates, bad = self._apply_typed(events, kinds)
+        duplicates, bad = apply_typed(self.tasks, events, kinds)
         self._count_typed(kinds, len(events), duplicates, bad)
 
     def feed_scanned(self, blob: ScannedBlob) -> None:
         """Apply a blob of task events whose lifecycle events were scanned in C, in
         the blob's order: each run of scanned events in C, the others as typed events."""
-        others = blob.others
-        kinds = Counter(map(type, others))
-        duplicates = bad = taken = done = 0
-        scanned_run = True  # runs alternate, scanned first
-        for n in blob.runs:
-            if scanned_run:
-                if n:
-                    found = self.tasks.apply_scanned(blob.scan, taken, taken + n)
-                    kinds[LifecycleEvent] += n - found  # none is bad: the scan leaves those
-                    duplicates += found
-                    taken += n
-            elif n:
-                found, wrong = self._apply_typed(others[done : done + n], kinds)
-                duplicates += found
-                bad += wrong
-                done += n
-            scanned_run = not scanned_run
-        self._count_typed(kinds, taken + done, duplicates, bad)
-
-    def _apply_typed(self, events: list[TaskEvent], kinds: Counter[type[Any]]) -> tuple[int, int]:
-        """Apply typed task events; the duplicates are taken back from ``kinds``.
-        Answers (duplicates, bad events)."""
-        handlers = self._typed_handlers
-        duplicates = bad = 0
-        for event in events:
-            event_id = event.event_id
-            payload = event.payload
-            kind = type(event)
-            result = (
-                handlers[kind](payload, hash(event_id) if type(event_id) is str else None)
-                if payload is not None
-                else BAD
-            )
-            if result == DUPLICATE:
-                duplicates += 1
-                kinds[kind] -= 1
-            elif result == BAD:
-                bad += 1
-        return duplicates, bad
+        self._count_typed(*apply_scanned(self.tasks, blob))
 
     def _count_typed(self, kinds: Counter[type[Any]], events: int, duplicates: int, bad: int) -> None:
         counters = self.counters
