@@ -332,3 +332,30 @@ def test_many_attempts_and_ids(native: ModuleType, monkeypatch: pytest.MonkeyPat
         task = base64.b64encode(n.to_bytes(8, "big") + b"\xff" * 12 + b"\x02\0\0\0").decode()
         lines += [line(owner(task=task, attempt=n % 3)), line(executor(task=task, attempt=n % 3))]
     assert_same([b"\n".join(lines[i : i + 64]) for i in range(0, len(lines), 64)], monkeypatch, native)
+
+
+@pytest.mark.parametrize("at", range(18))
+@pytest.mark.parametrize(
+    ("planted", "taken"),
+    [
+        (b"~", True),
+        (b"\xc3\xa9", True),  # UTF-8 bytes are string bytes like any other
+        (b"\x7f", True),
+        (b'\\"', False),  # an escape: msgspec's to read
+        (b"\\n", False),
+        (b"\x01", False),  # a raw control character: not JSON
+        (b"\t", False),
+        (b'"', False),  # the string ends there, and junk follows
+    ],
+)
+def test_a_string_stops_at_its_first_quote_escape_or_control_byte(
+    at: int, planted: bytes, taken: bool, native: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Strings are read eight bytes at a time: whatever the offset of the byte that
+    ends one (across and within those eight), the scan takes exactly the lines it took
+    a byte at a time, with the same values as the Python path."""
+    data = payload_line(taskLogInfo={**LOG, "stdoutFile": "/" + "a" * at + "~" + "b" * 19})
+    assert data.count(b"~") == 1
+    data = data.replace(b"~", planted)
+    assert native.scan(data)[0].count == int(taken)
+    assert_same([data], monkeypatch, native)
