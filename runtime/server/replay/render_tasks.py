@@ -12,9 +12,7 @@ unknown ids, pids and times are ``null``; ``runtime_env_info`` is an object.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterator, Sequence
-from operator import sub
 from typing import Any
 
 import orjson
@@ -99,7 +97,9 @@ class TaskRenderer:
         self._failures = failures
         self._encoder = DetailEncoder()
         self.texts = self._encoder.texts
-        self.counts: Counter[tuple[str, str, str, str, str]] = Counter()
+        #: attempts by (job, state, type, name, func); a plain dict: compiled, a Counter's
+        #: item updates go through the generic mapping protocol
+        self.counts: dict[tuple[str, str, str, str, str], int] = {}
         self.profile_events = 0  # rendered so far
         #: the latest transition of any attempt rendered so far (ns; 0: none)
         self.last_ns = 0
@@ -139,12 +139,9 @@ class TaskRenderer:
             creation = start = end = None
             transitions: list[Any] | None = None
             if codes:
-                ranks = bytearray()
-                times = []
-                for code in codes:
-                    ranks.append(code & STATE_MASK)
-                    times.append(((code >> STATE_BITS) + base) // 1_000_000)
-                sequence = bytes(ranks)
+                # comprehensions, not appends: compiled, each append was a method call
+                sequence = bytes([code & STATE_MASK for code in codes])
+                times = [((code >> STATE_BITS) + base) // 1_000_000 for code in codes]
                 shape = shapes.get(sequence)
                 if shape is None:
                     shape = shapes[sequence] = (
@@ -158,7 +155,9 @@ class TaskRenderer:
                 if by_name:
                     transitions = [[ms, names[rank]] for rank, ms in zip(sequence, times, strict=True)]
                 else:  # the ranks, then the first ms and the steps to the next
-                    transitions = [sequence, times[0], *map(sub, times[1:], times)]
+                    transitions = [sequence, times[0]]
+                    for n in range(1, len(times)):
+                        transitions.append(times[n] - times[n - 1])
                 state = names[codes[-1] & STATE_MASK]
                 if codes[-1] > top:
                     top = codes[-1]
@@ -189,7 +188,8 @@ class TaskRenderer:
                     None if prof is None else encoder.profile(prof),
                 ]
             )
-            counts[(job, state, task_type, name, func)] += 1
+            key = (job, state, task_type, name, func)
+            counts[key] = counts.get(key, 0) + 1
             yield (
                 task_id,
                 attempt,
