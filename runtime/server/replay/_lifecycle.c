@@ -986,6 +986,72 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     return PyLong_FromSsize_t(duplicates);
 }
 
+/* ------------------------------------------------------------------ task ids */
+
+static inline int hex_digit(unsigned char ch) {
+    return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
+}
+
+static int base64_value(unsigned char ch) {
+    if (ch >= 'A' && ch <= 'Z') return ch - 'A';
+    if (ch >= 'a' && ch <= 'z') return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9') return ch - '0' + 52;
+    if (ch == '+') return 62;
+    if (ch == '/') return 63;
+    return -1;
+}
+
+/* hex_id(text) -> str | None: ids.hex_id for the two spellings Ray writes, None for
+ * anything else (the Python function decides).  An all-hex text is hex, lower-cased;
+ * else padded base64 decodes as a2b_base64's strict mode does (which, as here, ignores
+ * the unused bits of the last character).  TaskTable.attempts converts every task id once: ~4k instructions each
+ * in Python (a regex, a decode, a hex), a twentieth of that here. */
+static PyObject *hex_id(PyObject *module, PyObject *arg) {
+    (void)module;
+    if (!PyUnicode_Check(arg) || !PyUnicode_IS_ASCII(arg)) Py_RETURN_NONE;
+    const unsigned char *text = PyUnicode_1BYTE_DATA(arg);
+    Py_ssize_t len = PyUnicode_GET_LENGTH(arg);
+    if (len == 0) Py_RETURN_NONE;
+    Py_ssize_t n = 0;
+    while (n < len && hex_digit(text[n])) n++;
+    if (n == len) {
+        PyObject *out = PyUnicode_New(len, 127);
+        if (out == NULL) return NULL;
+        unsigned char *lower = PyUnicode_1BYTE_DATA(out);
+        for (Py_ssize_t i = 0; i < len; i++) lower[i] = (unsigned char)(text[i] | (text[i] >= 'A' && text[i] <= 'F' ? 0x20 : 0));
+        return out;
+    }
+    if (len % 4) Py_RETURN_NONE;
+    Py_ssize_t padding = text[len - 1] == '=' ? (text[len - 2] == '=' ? 2 : 1) : 0;
+    Py_ssize_t bytes = len / 4 * 3 - padding;
+    if (bytes <= 0 || bytes > 64) Py_RETURN_NONE; /* Ray's ids are at most 28 bytes */
+    unsigned char decoded[66];
+    uint32_t bits = 0;
+    int have = 0;
+    Py_ssize_t made = 0;
+    for (Py_ssize_t i = 0; i < len - padding; i++) {
+        int value = base64_value(text[i]);
+        if (value < 0) Py_RETURN_NONE;
+        bits = (bits << 6) | (uint32_t)value;
+        have += 6;
+        if (have >= 8) {
+            have -= 8;
+            decoded[made++] = (unsigned char)(bits >> have);
+            bits &= (1u << have) - 1;
+        }
+    }
+    if (made != bytes) Py_RETURN_NONE;
+    static const char digits[] = "0123456789abcdef";
+    PyObject *out = PyUnicode_New(2 * made, 127);
+    if (out == NULL) return NULL;
+    unsigned char *hex = PyUnicode_1BYTE_DATA(out);
+    for (Py_ssize_t i = 0; i < made; i++) {
+        hex[2 * i] = (unsigned char)digits[decoded[i] >> 4];
+        hex[2 * i + 1] = (unsigned char)digits[decoded[i] & 15];
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)scan, METH_O,
      "scan(body) -> (Scan, others, runs): the lifecycle events taken, the other lines, and the "
@@ -993,6 +1059,8 @@ static PyMethodDef methods[] = {
     {"apply", (PyCFunction)(void (*)(void))apply, METH_FASTCALL,
      "apply(scan, start, stop, attempts, Attempt, ids, seconds, ts_ns, strings, base_ns) -> "
      "duplicates: TaskTable.lifecycle for the taken events start..stop."},
+    {"hex_id", (PyCFunction)hex_id, METH_O,
+     "hex_id(text) -> str | None: ids.hex_id of an all-hex or canonical base64 text, else None."},
     {NULL, NULL, 0, NULL},
 };
 

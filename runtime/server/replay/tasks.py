@@ -367,11 +367,13 @@ class TaskTable:
         sorted by (task id, attempt) when ``ordered``."""
         seen: dict[tuple[str, int], Attempt] = {}
         retried = False  # else every id has one attempt
+        fast_hex = native_lifecycle.hex_id if native_lifecycle is not None else _no_fast_hex
         for key, state in self._attempts.items():
             raw, attempt = (key, 0) if isinstance(key, str) else cast(tuple[str, int], key)
             if attempt:
                 retried = True
-            ident = (hex_id(raw), attempt)  # not cached: each task id is converted once
+            # not cached: each task id is converted once
+            ident = (fast_hex(raw) or hex_id(raw), attempt)
             other = seen.get(ident)
             if other is None:
                 seen[ident] = state
@@ -387,6 +389,11 @@ class TaskTable:
                 result.sort(key=itemgetter(1))
             result.sort(key=itemgetter(0))
         return result
+
+
+def _no_fast_hex(raw: object) -> str | None:
+    """Without the native build every id takes :func:`hex_id`."""
+    return None
 
 
 _NO_FALLBACK = b'{"options":[]}'

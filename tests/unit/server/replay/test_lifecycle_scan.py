@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
-from runtime.server.replay import task_events, tasks
+from runtime.server.replay import ids, task_events, tasks
 from runtime.server.replay.shard import TaskShard
 from tests.support.native_build import c_extension
 from tests.support.sample_session import RUN_A, RUN_B, load_events
@@ -359,3 +359,20 @@ def test_a_string_stops_at_its_first_quote_escape_or_control_byte(
     data = data.replace(b"~", planted)
     assert native.scan(data)[0].count == int(taken)
     assert_same([data], monkeypatch, native)
+
+
+def test_hex_id_answers_as_the_python_function_or_defers(native: ModuleType) -> None:
+    """``hex_id`` in C (task ids, once each) answers exactly what ``ids.hex_id`` does for
+    an all-hex or canonical base64 text, and None for anything else: never another id."""
+    rng = random.Random(20261127)
+    taken: list[str] = []
+    texts: list[object] = ["", "=", "====", "AA==", "AB==", "AAB=", "AAA=", "A===", "AAAA", "ab", "AbCdEf09", "abc", "abcg", "0g"]
+    texts += ["AA==\n", " AAAA", "AA-_", "AA_A", "AAA", "AAAAA", "é" * 4, "AAé=", 12345, None, b"AAAA", "ff" * 40]
+    for size in (1, 2, 3, 4, 8, 24, 28, 48, 49):
+        data = rng.randbytes(size)
+        taken += [base64.b64encode(data).decode(), data.hex(), data.hex().upper()]
+    texts += taken + [text[:-1] for text in taken] + [text + "=" for text in taken]
+    for text in texts:
+        fast = native.hex_id(text)
+        assert fast is None or fast == ids.hex_id(text), text
+    assert all(native.hex_id(text) == ids.hex_id(text) for text in taken)  # the fast path takes them
