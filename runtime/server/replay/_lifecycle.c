@@ -1,17 +1,23 @@
-/* The lifecycle events of a task shard, scanned and applied in C (the native build only).
+/* The lifecycle and definition events of a task shard, scanned and applied in C (the
+ * native build only).
  *
- * Three of every four task events are TASK_LIFECYCLE_EVENTs: decoding each into msgspec
- * structs and applying it in Python was about two fifths of a shard's CPU.  scan() reads a
- * blob of JSON lines once and keeps, for each line of the one shape it knows exactly (a
- * lifecycle event whose read fields are plain strings, int64 numbers and RFC 3339
- * timestamps with nanoseconds, nothing optional carried), the spans and numbers the
- * handler needs; every other line is handed back for the typed Python path.  apply() then
- * does what TaskTable.lifecycle does for those lines, on the same Attempt objects.
+ * Three of every four task events are TASK_LIFECYCLE_EVENTs, nearly all the others
+ * TASK_DEFINITION_EVENTs: decoding each into msgspec structs and applying it in Python was
+ * most of a shard's CPU.  scan() reads a blob of JSON lines once and keeps, for each line
+ * of a shape it knows exactly, the spans and numbers the handlers need; every other line is
+ * handed back for the typed Python path.  A lifecycle event is taken when its read fields
+ * are plain strings, int64 numbers and RFC 3339 timestamps with nanoseconds, nothing
+ * optional carried; a definition when its ids and name are plain strings (see
+ * read_definition).  apply() then does what TaskTable.lifecycle does for the first, on the
+ * same Attempt objects; for the second what TaskTable.definition does when the template
+ * (the fields every task of one function shares) is one it met before, and hands the line
+ * to the Python path when it is new.
  *
- * A line is taken here only when it is strict JSON (no escapes, no control characters,
- * standard numbers) that msgspec would decode to the same values: anything else is the
- * Python path's, which keeps every rule it has.  scan() has no side effects, so a blob
- * that the Python side finally rejects is replayed the old way from the start.
+ * A line is taken here only when it is strict JSON (no escapes where a value is read, no
+ * control characters, standard numbers) that msgspec would decode to the same values:
+ * anything else is the Python path's, which keeps every rule it has.  scan() has no side
+ * effects, so a blob that the Python side finally rejects is replayed the old way from the
+ * start.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -20,6 +26,7 @@
 
 #define MAX_DEPTH 64
 #define STATE_BITS 6
+enum { LIFECYCLE, DEFINITION, ACTOR_DEFINITION, KINDS };
 
 typedef struct {
     Py_ssize_t at, len; /* a span of the body; len < 0: absent or null */
@@ -30,7 +37,15 @@ typedef struct {
     int64_t start, end;
 } LogSide;
 
+/* What a definition's shared template is keyed by: the tokens of these fields as
+ * written (see read_definition). */
+#define DEF_KEYS 12
+
 typedef struct {
+    int kind; /* LIFECYCLE, DEFINITION or ACTOR_DEFINITION */
+    Span line; /* the whole line: the Python path's when its template is new */
+    Span name; /* a definition's task name (len < 0: null or absent) */
+    Span keys[DEF_KEYS];
     Span event_id, task_id, job, node, worker;
     int64_t attempt, pid;
     int has_pid;
@@ -119,6 +134,58 @@ static int read_string(Cursor *c, Span *out) {
 
 static inline int is_digit(char ch) { return ch >= '0' && ch <= '9'; }
 
+static inline int is_hex_digit(char ch) {
+    return is_digit(ch) || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
+}
+
+/* Past one valid JSON escape (c at its backslash); a \u escape of a surrogate is
+ * refused: decoders disagree on those. */
+static int skip_escape(Cursor *c) {
+    if (c->end - c->p < 2) return 0;
+    char kind = c->p[1];
+    if (kind != 'u') {
+        if (!strchr("\"\\/bfnrt", kind) || kind == '\0') return 0;
+        c->p += 2;
+        return 1;
+    }
+    if (c->end - c->p < 6) return 0;
+    for (int i = 2; i < 6; i++)
+        if (!is_hex_digit(c->p[i])) return 0;
+    if ((c->p[2] | 0x20) == 'd' && strchr("89abcdefABCDEF", c->p[3])) return 0;
+    c->p += 6;
+    return 1;
+}
+
+/* A string whose escapes are valid JSON ones: its span (quotes excluded).  The fields a
+ * definition's template is keyed by are compared as written: equal text, equal value. */
+static int read_escaped_string(Cursor *c, Span *out) {
+    if (c->p >= c->end || *c->p != '"') return 0;
+    const char *start = ++c->p;
+    for (;;) {
+#ifdef WORD_AT_A_TIME
+        while (c->end - c->p >= 8) {
+            uint64_t w;
+            memcpy(&w, c->p, 8);
+            uint64_t stops = string_stops(w);
+            if (stops) {
+                c->p += __builtin_ctzll(stops) >> 3;
+                break;
+            }
+            c->p += 8;
+        }
+#endif
+        while (c->p < c->end && (unsigned char)*c->p >= 0x20 && *c->p != '"' && *c->p != '\\') c->p++;
+        if (c->p >= c->end || (unsigned char)*c->p < 0x20) return 0;
+        if (*c->p == '"') {
+            out->at = start - c->base;
+            out->len = c->p - start;
+            c->p++;
+            return 1;
+        }
+        if (!skip_escape(c)) return 0;
+    }
+}
+
 /* A JSON number; *integral: no fraction or exponent. */
 static int skip_number(Cursor *c, int *integral) {
     const char *p = c->p;
@@ -172,7 +239,11 @@ static int literal(Cursor *c, const char *word) {
     return 1;
 }
 
-static int skip_value(Cursor *c, int depth);
+static int skip_json(Cursor *c, int depth, int escapes);
+/* A value whose strings hold no escape (the lifecycle events' rule). */
+static inline int skip_value(Cursor *c, int depth) { return skip_json(c, depth, 0); }
+/* Any strict JSON value, escapes included (a definition's maps). */
+static inline int skip_any(Cursor *c, int depth) { return skip_json(c, depth, 1); }
 
 /* After a container's element: 1 when another follows (',' consumed), 0 at its end
  * (``close`` consumed), -1 on anything else. */
@@ -191,7 +262,7 @@ static int after_element(Cursor *c, char close) {
     return -1;
 }
 
-static int skip_container(Cursor *c, int depth, char close, int keyed) {
+static int skip_container(Cursor *c, int depth, char close, int keyed, int escapes) {
     c->p++;
     skip_ws(c);
     if (c->p < c->end && *c->p == close) {
@@ -201,26 +272,26 @@ static int skip_container(Cursor *c, int depth, char close, int keyed) {
     for (;;) {
         if (keyed) {
             Span key;
-            if (!read_string(c, &key)) return 0;
+            if (!(escapes ? read_escaped_string(c, &key) : read_string(c, &key))) return 0;
             skip_ws(c);
             if (c->p >= c->end || *c->p != ':') return 0;
             c->p++;
             skip_ws(c);
         }
-        if (!skip_value(c, depth + 1)) return 0;
+        if (!skip_json(c, depth + 1, escapes)) return 0;
         int next = after_element(c, close);
         if (next <= 0) return next == 0;
     }
 }
 
-static int skip_value(Cursor *c, int depth) {
+static int skip_json(Cursor *c, int depth, int escapes) {
     if (depth > MAX_DEPTH || c->p >= c->end) return 0;
     Span ignored;
     int integral;
     switch (*c->p) {
-        case '"': return read_string(c, &ignored);
-        case '{': return skip_container(c, depth, '}', 1);
-        case '[': return skip_container(c, depth, ']', 0);
+        case '"': return escapes ? read_escaped_string(c, &ignored) : read_string(c, &ignored);
+        case '{': return skip_container(c, depth, '}', 1, escapes);
+        case '[': return skip_container(c, depth, ']', 0, escapes);
         case 't': return literal(c, "true");
         case 'f': return literal(c, "false");
         case 'n': return literal(c, "null");
@@ -469,30 +540,107 @@ static int read_payload(Cursor *c, Scan *scan, Record *r) {
     return 1;
 }
 
-/* 1: a lifecycle event taken here; 0: a line for the Python path; -1: out of memory. */
+/* A token of a ``str | None`` field: a string (escapes allowed) or null, span included quotes. */
+static int read_optional_token(Cursor *c, Span *out) {
+    const char *start = c->p;
+    if (is_null(c)) {
+        out->at = start - c->base;
+        out->len = 4;
+        return 1;
+    }
+    Span inner;
+    if (!read_escaped_string(c, &inner)) return 0;
+    out->at = start - c->base;
+    out->len = c->p - start;
+    return 1;
+}
+
+/* A raw JSON value (msgspec.Raw's text). */
+static int read_raw(Cursor *c, Span *out) {
+    const char *start = c->p;
+    if (!skip_any(c, 3)) return 0;
+    out->at = start - c->base;
+    out->len = c->p - start;
+    return 1;
+}
+
+/* A taskDefinitionEvent / actorTaskDefinitionEvent payload, taken only in the shapes
+ * task_events.DefinitionPayload decodes to the same values: ids and names plain strings
+ * (or null), the attempt an int64 (or null), the ``str | None`` fields strings or null,
+ * the maps any JSON.  Its template's fields are kept as written, in ``keys``. */
+static int read_definition(Cursor *c, Record *r, int actor) {
+    Span key;
+    int first = 1, more, seen = 0;
+    static const char *const names[] = {
+        "taskId", "taskAttempt", "taskName", "actorTaskName", "taskType", "language",
+        "taskFunc", "actorFunc", "requiredResources", "labelSelector", "fallbackStrategy",
+        "actorId", "parentTaskId", "placementGroupId", "serializedRuntimeEnv", "callSite", "jobId",
+    };
+    r->task_id.len = r->name.len = -1;
+    r->attempt = 0;
+    for (int i = 0; i < DEF_KEYS; i++) r->keys[i].len = -1;
+    while ((more = next_member(c, &first, &key)) == 1) {
+        int which = member(c, &key, names, 17, &seen);
+        if (which == -2) return 0;
+        int ok;
+        switch (which) {
+            case 0: ok = read_string(c, &r->task_id); break;
+            case 1: ok = is_null(c) || read_int64(c, &r->attempt); break;
+            case 2: /* taskName, or actorTaskName for an actor task; the other is not read */
+            case 3:
+                ok = (which == 3) == actor ? read_optional_string(c, &r->name) : skip_any(c, 2);
+                break;
+            case 6: /* taskFunc, or actorFunc for an actor task */
+            case 7: ok = (which == 7) == actor ? read_raw(c, &r->keys[2]) : skip_any(c, 2); break;
+            case 4: ok = read_optional_token(c, &r->keys[0]); break;
+            case 5: ok = read_optional_token(c, &r->keys[1]); break;
+            case 8: case 9: case 10: ok = read_raw(c, &r->keys[which - 5]); break;
+            case 11: case 12: case 13: case 14: case 15: case 16:
+                ok = read_optional_token(c, &r->keys[which - 5]);
+                break;
+            default: ok = skip_any(c, 2); break; /* a field DefinitionPayload does not have */
+        }
+        if (!ok) return 0;
+    }
+    return more == 0 && r->task_id.len > 0;
+}
+
+/* 1: an event taken here; 0: a line for the Python path; -1: out of memory. */
 static int scan_line(Scan *scan, const char *base, const char *line, const char *end, Record *r) {
+    static const char *const types[KINDS] = {"TASK_LIFECYCLE_EVENT", "TASK_DEFINITION_EVENT",
+                                             "ACTOR_TASK_DEFINITION_EVENT"};
     Cursor c = {base, line, end};
     Span key, event_type = {0, -1};
-    int first = 1, more, have_payload = 0, have_id = 0;
+    int first = 1, more, have_payload = 0, have_id = 0, kind = -1;
     Py_ssize_t transitions_before = scan->transition_count;
     r->event_id.len = -1;
+    r->line.at = line - base;
+    r->line.len = end - line;
     skip_ws(&c);
     while ((more = next_member(&c, &first, &key)) == 1) {
         if (key_is(&c, &key, "eventType")) {
             if (event_type.len >= 0 || !read_string(&c, &event_type)) goto other;
-            if (!key_is(&c, &event_type, "TASK_LIFECYCLE_EVENT")) goto other; /* no need to read on */
+            int known = 0;
+            for (int k = 0; k < KINDS; k++) known |= key_is(&c, &event_type, types[k]);
+            if (!known) goto other; /* no need to read on */
         } else if (key_is(&c, &key, "eventId")) {
             if (have_id++ || !read_optional_string(&c, &r->event_id)) goto other;
         } else if (key_is(&c, &key, "taskLifecycleEvent")) {
             if (have_payload++) goto other;
+            kind = LIFECYCLE;
             int ok = read_payload(&c, scan, r);
             if (ok < 0) return -1;
             if (!ok) goto other;
+        } else if (key_is(&c, &key, "taskDefinitionEvent") || key_is(&c, &key, "actorTaskDefinitionEvent")) {
+            if (have_payload++) goto other;
+            kind = key.len == 19 ? DEFINITION : ACTOR_DEFINITION;
+            if (!read_definition(&c, r, kind == ACTOR_DEFINITION)) goto other;
         } else if (!skip_value(&c, 1)) {
             goto other;
         }
     }
-    if (more < 0 || !have_payload || !key_is(&c, &event_type, "TASK_LIFECYCLE_EVENT")) goto other;
+    if (more < 0 || !have_payload || !key_is(&c, &event_type, types[kind])) goto other;
+    r->kind = kind;
     skip_ws(&c);
     if (c.p != end) goto other;
     return 1;
@@ -516,7 +664,7 @@ static PyObject *Scan_count(Scan *self, void *closure) {
 }
 
 static PyGetSetDef Scan_getset[] = {
-    {"count", (getter)Scan_count, NULL, "lifecycle events taken", NULL},
+    {"count", (getter)Scan_count, NULL, "events taken", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -610,6 +758,8 @@ fail:
 
 typedef struct {
     PyObject *attempts, *attempt_type, *ids, *known, *seconds, *ts_ns, *strings;
+    PyObject *templates, *names, *learn; /* definitions: see apply_definition */
+    Py_ssize_t templates_limit, names_limit;
     int64_t base_ns;
     /* The last second looked up (SECOND_NS's value for it never changes). */
     char head[19];
@@ -618,7 +768,7 @@ typedef struct {
 } Context;
 
 static PyObject *S_seen, *S_job, *S_log, *S_transitions, *S_node, *S_node_ns, *S_worker,
-    *S_worker_ns, *S_pid, *S_pid_ns, *S_empty;
+    *S_worker_ns, *S_pid, *S_pid_ns, *S_empty, *S_definition, *S_name;
 
 static PyObject *span_str(PyObject *body, const Span *s) {
     return PyUnicode_DecodeUTF8(PyBytes_AS_STRING(body) + s->at, s->len, "strict");
@@ -788,72 +938,86 @@ static int merge_log(Context *ctx, PyObject *body, PyObject *state, const Record
     return rc;
 }
 
-/* 1 applied, 2 duplicate, -1 error. */
-static int apply_one(Context *ctx, Scan *scan, const Record *r) {
-    PyObject *body = scan->body;
+/* The attempt a record is about (created when new): a new reference. */
+static PyObject *attempt_of(Context *ctx, PyObject *body, const Record *r) {
     PyObject *raw = span_str(body, &r->task_id);
-    if (raw == NULL) return -1;
+    if (raw == NULL) return NULL;
     PyObject *key = raw;
     if (r->attempt) {
         PyObject *number = PyLong_FromLongLong(r->attempt);
         key = number ? PyTuple_Pack(2, raw, number) : NULL;
         Py_XDECREF(number);
         Py_DECREF(raw);
-        if (key == NULL) return -1;
+        if (key == NULL) return NULL;
     }
     PyObject *state = PyDict_GetItemWithError(ctx->attempts, key); /* borrowed */
     if (state == NULL) {
         if (PyErr_Occurred()) {
             Py_DECREF(key);
-            return -1;
+            return NULL;
         }
         state = PyObject_CallNoArgs(ctx->attempt_type);
         if (state == NULL || PyDict_SetItem(ctx->attempts, key, state) < 0) {
             Py_XDECREF(state);
             Py_DECREF(key);
-            return -1;
+            return NULL;
         }
-        Py_DECREF(state); /* the dict holds it */
+        Py_DECREF(key);
+        return state; /* the dict holds one reference, the caller the other */
     }
     Py_DECREF(key);
     Py_INCREF(state);
+    return state;
+}
+
+/* attempt.seen_before: 1 when the record's eventId is on the attempt already, else 0
+ * (and it is recorded); -1 on error. */
+static int seen_before(PyObject *body, PyObject *state, const Record *r) {
+    if (r->event_id.len < 0) return 0;
+    PyObject *id = span_str(body, &r->event_id);
+    if (id == NULL) return -1;
+    Py_hash_t hash = PyObject_Hash(id);
+    Py_DECREF(id);
+    if (hash == -1) return -1;
+    PyObject *marker = PyLong_FromSsize_t(hash);
+    if (marker == NULL) return -1;
+    PyObject *seen = PyObject_GetAttr(state, S_seen);
+    if (seen == NULL) {
+        Py_DECREF(marker);
+        return -1;
+    }
+    int result;
+    if (seen == Py_None) {
+        PyObject *fresh = PyList_New(1);
+        if (fresh == NULL) {
+            Py_DECREF(marker);
+            Py_DECREF(seen);
+            return -1;
+        }
+        PyList_SET_ITEM(fresh, 0, marker);
+        result = PyObject_SetAttr(state, S_seen, fresh) < 0 ? -1 : 0;
+        Py_DECREF(fresh);
+    } else {
+        int present = PySequence_Contains(seen, marker);
+        result = present;
+        if (present == 0 && PyList_Append(seen, marker) < 0) result = -1;
+        Py_DECREF(marker);
+    }
+    Py_DECREF(seen);
+    return result;
+}
+
+/* 1 applied, 2 duplicate, -1 error. */
+static int apply_one(Context *ctx, Scan *scan, const Record *r) {
+    PyObject *body = scan->body;
+    PyObject *state = attempt_of(ctx, body, r);
+    if (state == NULL) return -1;
     int result = -1;
-    if (r->event_id.len >= 0) {
-        PyObject *id = span_str(body, &r->event_id);
-        if (id == NULL) goto done;
-        Py_hash_t hash = PyObject_Hash(id);
-        Py_DECREF(id);
-        if (hash == -1) goto done;
-        PyObject *marker = PyLong_FromSsize_t(hash);
-        if (marker == NULL) goto done;
-        PyObject *seen = PyObject_GetAttr(state, S_seen);
-        if (seen == NULL) {
-            Py_DECREF(marker);
-            goto done;
-        }
-        if (seen == Py_None) {
-            PyObject *fresh = PyList_New(1);
-            if (fresh == NULL) {
-                Py_DECREF(marker);
-                Py_DECREF(seen);
-                goto done;
-            }
-            PyList_SET_ITEM(fresh, 0, marker);
-            int rc = PyObject_SetAttr(state, S_seen, fresh);
-            Py_DECREF(fresh);
-            Py_DECREF(seen);
-            if (rc < 0) goto done;
-        } else {
-            int present = PySequence_Contains(seen, marker);
-            int rc = present == 0 ? PyList_Append(seen, marker) : 0;
-            Py_DECREF(marker);
-            Py_DECREF(seen);
-            if (present < 0 || rc < 0) goto done;
-            if (present) {
-                result = 2;
-                goto done;
-            }
-        }
+    int seen = seen_before(body, state, r);
+    if (seen < 0) goto done;
+    if (seen) {
+        result = 2;
+        goto done;
     }
     if (r->job.len > 0) {
         PyObject *job = PyObject_GetAttr(state, S_job);
@@ -932,12 +1096,110 @@ done:
     return result;
 }
 
-/* apply(scan, start, stop, attempts, Attempt, ids, seconds, ts_ns, strings, base_ns) -> duplicates */
+/* The bytes a definition's template is keyed by: its kind, then each field's length
+ * (-1: absent) and text as written. */
+static PyObject *template_key(PyObject *body, const Record *r) {
+    Py_ssize_t size = 1;
+    for (int i = 0; i < DEF_KEYS; i++) size += 4 + (r->keys[i].len > 0 ? r->keys[i].len : 0);
+    PyObject *key = PyBytes_FromStringAndSize(NULL, size);
+    if (key == NULL) return NULL;
+    char *out = PyBytes_AS_STRING(key);
+    const char *text = PyBytes_AS_STRING(body);
+    *out++ = (char)r->kind;
+    for (int i = 0; i < DEF_KEYS; i++) {
+        int32_t len = (int32_t)r->keys[i].len;
+        memcpy(out, &len, 4);
+        out += 4;
+        if (len > 0) {
+            memcpy(out, text + r->keys[i].at, (size_t)len);
+            out += len;
+        }
+    }
+    return key;
+}
+
+/* TaskTable.definition for a taken definition event.  Most tasks share a template: one
+ * seen before (``templates``: key -> the Definition the Python path made of it) is set
+ * here, with the task's name; a new one is the Python path's (``learn(line)`` applies
+ * the event and answers (result, Definition or None)), and what it made is kept.
+ * 1 applied, 2 duplicate, 0 bad, -1 error. */
+static int apply_definition(Context *ctx, Scan *scan, const Record *r) {
+    PyObject *body = scan->body;
+    PyObject *key = template_key(body, r);
+    if (key == NULL) return -1;
+    PyObject *shared = PyDict_GetItemWithError(ctx->templates, key); /* borrowed */
+    if (shared == NULL) {
+        int result = -1;
+        if (PyErr_Occurred()) goto learnt;
+        PyObject *line = PyBytes_FromStringAndSize(PyBytes_AS_STRING(body) + r->line.at, r->line.len);
+        if (line == NULL) goto learnt;
+        PyObject *answer = PyObject_CallOneArg(ctx->learn, line);
+        Py_DECREF(line);
+        if (answer == NULL) goto learnt;
+        if (!PyTuple_Check(answer) || PyTuple_GET_SIZE(answer) != 2) {
+            PyErr_SetString(PyExc_TypeError, "learn() must answer (result, definition)");
+        } else {
+            long code = PyLong_AsLong(PyTuple_GET_ITEM(answer, 0));
+            PyObject *made = PyTuple_GET_ITEM(answer, 1);
+            if (!(code == -1 && PyErr_Occurred())) {
+                result = (int)code;
+                if (made != Py_None && PyDict_GET_SIZE(ctx->templates) < ctx->templates_limit &&
+                    PyDict_SetItem(ctx->templates, key, made) < 0)
+                    result = -1;
+            }
+        }
+        Py_DECREF(answer);
+    learnt:
+        Py_DECREF(key);
+        return result;
+    }
+    Py_INCREF(shared);
+    Py_DECREF(key);
+    int result = -1;
+    PyObject *state = attempt_of(ctx, body, r);
+    if (state == NULL) {
+        Py_DECREF(shared);
+        return -1;
+    }
+    int seen = seen_before(body, state, r);
+    if (seen < 0) goto done;
+    if (seen) {
+        result = 2;
+        goto done;
+    }
+    if (PyObject_SetAttr(state, S_definition, shared) < 0) goto done;
+    PyObject *name = r->name.len >= 0 ? span_str(body, &r->name) : Py_NewRef(S_empty);
+    if (name == NULL) goto done;
+    PyObject *known = PyDict_GetItemWithError(ctx->names, name); /* borrowed */
+    if (known == NULL) {
+        if (PyErr_Occurred() ||
+            (PyDict_GET_SIZE(ctx->names) < ctx->names_limit && PyDict_SetItem(ctx->names, name, name) < 0)) {
+            Py_DECREF(name);
+            goto done;
+        }
+        known = name; /* names often repeat ("square"); ids never do */
+    }
+    int rc = PyObject_SetAttr(state, S_name, known);
+    Py_DECREF(name);
+    if (rc < 0) goto done;
+    result = 1;
+done:
+    Py_DECREF(state);
+    Py_DECREF(shared);
+    return result;
+}
+
+#define APPLY_ARGS 15
+#define APPLY_SIGNATURE                                                                      \
+    "apply(scan, start, stop, attempts, Attempt, ids, seconds, ts_ns, strings, base_ns, "    \
+    "templates, names, learn, templates_limit, names_limit)"
+
+/* APPLY_SIGNATURE -> (taken, duplicates, bad): the events start..stop applied, counted
+ * by kind (lifecycle, definition, actor task definition). */
 static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 10 || !PyObject_TypeCheck(args[0], &ScanType)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "apply(scan, start, stop, attempts, Attempt, ids, seconds, ts_ns, strings, base_ns)");
+    if (nargs != APPLY_ARGS || !PyObject_TypeCheck(args[0], &ScanType)) {
+        PyErr_SetString(PyExc_TypeError, APPLY_SIGNATURE);
         return NULL;
     }
     Scan *scan = (Scan *)args[0];
@@ -954,9 +1216,22 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     ctx.seconds = args[6];
     ctx.ts_ns = args[7];
     ctx.strings = args[8];
+    ctx.templates = args[10];
+    ctx.names = args[11];
+    ctx.learn = args[12];
     ctx.has_head = 0;
-    if (!PyDict_Check(ctx.attempts) || !PyDict_Check(ctx.seconds) || !PyDict_Check(ctx.strings)) {
-        PyErr_SetString(PyExc_TypeError, "attempts, seconds and strings must be dicts");
+    if (!PyDict_Check(ctx.attempts) || !PyDict_Check(ctx.seconds) || !PyDict_Check(ctx.strings) ||
+        !PyDict_Check(ctx.templates) || !PyDict_Check(ctx.names)) {
+        PyErr_SetString(PyExc_TypeError, "attempts, seconds, strings, templates and names must be dicts");
+        return NULL;
+    }
+    ctx.templates_limit = PyLong_AsSsize_t(args[13]);
+    ctx.names_limit = PyLong_AsSsize_t(args[14]);
+    if ((ctx.templates_limit == -1 || ctx.names_limit == -1) && PyErr_Occurred()) return NULL;
+    int overflow;
+    ctx.base_ns = PyLong_AsLongLongAndOverflow(args[9], &overflow);
+    if (overflow || (ctx.base_ns == -1 && PyErr_Occurred())) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "base_ns beyond int64");
         return NULL;
     }
     ctx.known = PyObject_GetAttrString(ctx.ids, "known");
@@ -966,24 +1241,21 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         PyErr_SetString(PyExc_TypeError, "ids.known must be a dict");
         return NULL;
     }
-    int overflow;
-    ctx.base_ns = PyLong_AsLongLongAndOverflow(args[9], &overflow);
-    if (overflow || (ctx.base_ns == -1 && PyErr_Occurred())) {
-        Py_DECREF(ctx.known);
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "base_ns beyond int64");
-        return NULL;
-    }
-    Py_ssize_t duplicates = 0;
+    Py_ssize_t taken[KINDS] = {0}, duplicates[KINDS] = {0}, bad = 0;
     for (Py_ssize_t i = start; i < stop; i++) {
-        int result = apply_one(&ctx, scan, &scan->records[i]);
+        const Record *r = &scan->records[i];
+        int result = r->kind == LIFECYCLE ? apply_one(&ctx, scan, r) : apply_definition(&ctx, scan, r);
         if (result < 0) {
             Py_DECREF(ctx.known);
             return NULL;
         }
-        duplicates += result == 2;
+        taken[r->kind]++;
+        duplicates[r->kind] += result == 2;
+        bad += result == 0;
     }
     Py_DECREF(ctx.known);
-    return PyLong_FromSsize_t(duplicates);
+    return Py_BuildValue("((nnn)(nnn)n)", taken[0], taken[1], taken[2], duplicates[0], duplicates[1], duplicates[2],
+                         bad);
 }
 
 /* ------------------------------------------------------------------ task ids */
@@ -1057,8 +1329,8 @@ static PyMethodDef methods[] = {
      "scan(body) -> (Scan, others, runs): the lifecycle events taken, the other lines, and the "
      "lengths of the alternating runs of taken and other lines (taken first)."},
     {"apply", (PyCFunction)(void (*)(void))apply, METH_FASTCALL,
-     "apply(scan, start, stop, attempts, Attempt, ids, seconds, ts_ns, strings, base_ns) -> "
-     "duplicates: TaskTable.lifecycle for the taken events start..stop."},
+     APPLY_SIGNATURE " -> ((taken by kind), (duplicates by kind), bad): TaskTable.lifecycle and "
+     "TaskTable.definition for the taken events start..stop."},
     {"hex_id", (PyCFunction)hex_id, METH_O,
      "hex_id(text) -> str | None: ids.hex_id of an all-hex or canonical base64 text, else None."},
     {NULL, NULL, 0, NULL},
@@ -1085,6 +1357,8 @@ PyMODINIT_FUNC PyInit__lifecycle(void) {
     INTERN(S_pid, "pid");
     INTERN(S_pid_ns, "pid_ns");
     INTERN(S_empty, "");
+    INTERN(S_definition, "definition");
+    INTERN(S_name, "name");
 #undef INTERN
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL) return NULL;

@@ -20,6 +20,11 @@ def apply(
     ts_ns: Any,
     strings: dict[str, str],
     base_ns: int,
+    templates: dict[bytes, Any],
+    names: dict[str, str],
+    learn: Any,
+    templates_limit: int,
+    names_limit: int,
     /,
-) -> int: ...
+) -> tuple[tuple[int, int, int], tuple[int, int, int], int]: ...
 def hex_id(text: object, /) -> str | None: ...

@@ -21,6 +21,9 @@ from runtime.server.replay.task_events import (
 )
 from runtime.server.replay.tasks import TaskTable
 
+#: The kinds of event the native scan takes, in the order of its counts.
+_SCANNED = (LifecycleEvent, DefinitionEvent, ActorTaskDefinitionEvent)
+
 
 def apply_typed(tasks: TaskTable, events: list[Any], kinds: Counter[type[Any]]) -> tuple[int, int]:
     """Apply typed task events (the union ``task_events.TaskEvent``); each duplicate is
@@ -53,9 +56,9 @@ def apply_typed(tasks: TaskTable, events: list[Any], kinds: Counter[type[Any]]) 
 
 
 def apply_scanned(tasks: TaskTable, blob: ScannedBlob) -> tuple[Counter[type[Any]], int, int, int]:
-    """Apply a blob whose lifecycle events were scanned in C, in the blob's order: each
-    run of scanned events in C, the others typed. Answers the events by type (the
-    duplicates taken back), how many events, duplicates and bad events."""
+    """Apply a blob whose lifecycle and definition events were scanned in C, in the
+    blob's order: each run of scanned events in C, the others typed. Answers the events
+    by type (the duplicates taken back), how many events, duplicates and bad events."""
     others = blob.others
     kinds: Counter[type[Any]] = Counter(map(type, others))
     scan = blob.scan
@@ -64,9 +67,11 @@ def apply_scanned(tasks: TaskTable, blob: ScannedBlob) -> tuple[Counter[type[Any
     for n in blob.runs:
         if scanned_run:
             if n:
-                found = tasks.apply_scanned(scan, taken, taken + n)
-                kinds[LifecycleEvent] += n - found  # none is bad: the scan leaves those
-                duplicates += found
+                counts, repeated, wrong = tasks.apply_scanned(scan, taken, taken + n)
+                for kind, count, duplicate in zip(_SCANNED, counts, repeated, strict=True):
+                    kinds[kind] += count - duplicate
+                    duplicates += duplicate
+                bad += wrong
                 taken += n
         elif n:
             found, wrong = apply_typed(tasks, others[done : done + n], kinds)

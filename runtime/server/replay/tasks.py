@@ -39,10 +39,13 @@ from runtime.server.replay.definitions import func_name, profile_func, runtime_e
 from runtime.server.replay.ids import IdCache, hex_id
 from runtime.server.replay.task_events import (
     NO_LOG_INFO,
+    ActorTaskDefinitionEvent,
+    DefinitionEvent,
     DefinitionPayload,
     LifecyclePayload,
     TaskLogInfo,
     Transition,
+    decode_task_blob,
     native_lifecycle,
 )
 from runtime.server.replay.timestamps import INT64_MAX, INT64_MIN, NANOS_LEN, SECOND_NS, to_int, ts_ns
@@ -62,6 +65,7 @@ class TaskTable:
         self.base_ns = base_ns
         self._templates: dict[tuple[Any, ...], Definition] = {}  # keyed by the plain tuple of its fields
         self._raw_templates: dict[tuple[Any, ...], Definition] = {}  # keyed by the event's own fields
+        self._scanned_templates: dict[bytes, Definition] = {}  # keyed by the fields' text (native scan)
         self._names: dict[str, str] = {}
         self._attempts: dict[object, Attempt] = {}
         self._codes: dict[object, int] = {name: rank for rank, name in enumerate(TASK_STATES)}
@@ -208,17 +212,35 @@ class TaskTable:
             self._carry_optional(state, payload, latest)  # absent unless set
         return APPLIED
 
-    def apply_scanned(self, scan: Any, start: int, stop: int) -> int:
-        """:meth:`lifecycle` for the lifecycle events ``start..stop`` of a native scan
-        (:func:`~runtime.server.replay.task_events.scan_task_blob`), in C on the same
-        attempts; answers how many were duplicates (none is bad: the scan leaves those
-        to :meth:`lifecycle`)."""
+    def apply_scanned(self, scan: Any, start: int, stop: int) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+        """:meth:`lifecycle` and :meth:`definition` for the events ``start..stop`` of a
+        native scan (:func:`~runtime.server.replay.task_events.scan_task_blob`), in C on
+        the same attempts; answers how many of each kind (lifecycle, definition, actor
+        task definition) were taken and were duplicates, and how many were bad."""
         if native_lifecycle is None:
             raise RuntimeError("the native lifecycle scan is not built")
-        duplicates: int = native_lifecycle.apply(
-            scan, start, stop, self._attempts, Attempt, self._ids, SECOND_NS, ts_ns, self._strings, self.base_ns
-        )
-        return duplicates
+        counts: tuple[tuple[int, ...], tuple[int, ...], int] = native_lifecycle.apply(
+            scan, start, stop, self._attempts, Attempt, self._ids, SECOND_NS, ts_ns, self._strings, self.base_ns,
+            self._scanned_templates, self._names, self._learn_definition, _RAW_TEMPLATES_LIMIT, _TEMPLATES_LIMIT,
+        )  # fmt: skip
+        return counts
+
+    def _learn_definition(self, line: bytes) -> tuple[int, Definition | None]:
+        """A definition event of a template the native scan has not met yet: applied
+        here; answers the handler's result and, when applied, the attempt's Definition
+        (which the scan keeps for the events of the same template)."""
+        events = decode_task_blob(line, 1)
+        event = events[0] if events else None
+        if not isinstance(event, (DefinitionEvent, ActorTaskDefinitionEvent)) or event.payload is None:
+            raise ValueError("the native scan took a line that is not a typed definition event")
+        actor_task = isinstance(event, ActorTaskDefinitionEvent)
+        payload = event.payload
+        event_id = event.event_id
+        marker = hash(event_id) if type(event_id) is str else None
+        result = self.definition(payload, marker, actor_task)
+        if result != APPLIED:
+            return result, None
+        return result, self._attempt(payload.task_id, payload.task_attempt or 0).definition
 
     def _slow_transition(self, transition: Transition) -> tuple[int | None, int]:
         ns = ts_ns(transition.timestamp)

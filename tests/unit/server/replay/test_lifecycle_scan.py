@@ -1,4 +1,4 @@
-"""The native build's C scan of lifecycle task events (``runtime/server/replay/_lifecycle.c``).
+"""The native build's C scan of lifecycle and definition task events (``runtime/server/replay/_lifecycle.c``).
 
 Every test replays the same blobs twice, with the scan and without it (the typed and
 tolerant Python paths alone), and asserts the same attempts and counters: the scan takes a
@@ -108,12 +108,28 @@ RUNNING = [{"state": "RUNNING", "timestamp": ts(3)}]
 LOG = {"stdoutFile": "/tmp/ray/w.out", "stderrFile": "/tmp/ray/w.err", "stdoutStart": "10", "stderrStart": "20"}
 
 
-def test_takes_ray_lifecycle_events_and_leaves_the_rest(native: ModuleType) -> None:
+@pytest.mark.parametrize(
+    ("name", "taken"),
+    [
+        ("definitions of one template", [1, 1, 1, 1]),
+        ("definitions with escapes and non-ASCII", [1, 1, 1, 0, 0, 0, 0]),
+        ("definitions with nulls, absences and odd values", [1] * 6 + [0] * 10),
+        ("actor task definitions", [1, 1, 1, 1, 0]),
+    ],
+)
+def test_takes_the_definitions_it_reads_exactly(name: str, taken: list[int], native: ModuleType) -> None:
+    """Definitions are taken in the shapes DefinitionPayload decodes to the same values
+    (escapes only where the text is a template key, compared as written); the rest,
+    surrogates, a name to decode or a value msgspec rejects, is the Python path's."""
+    assert [native.scan(text)[0].count for text in CASES[name]] == taken
+
+
+def test_takes_ray_lifecycle_and_definition_events_and_leaves_the_rest(native: ModuleType) -> None:
     data = b"\n".join([line(definition()), line(owner()), line(executor()), payload_line(rayErrorInfo={"x": 1})])
     scan, others, runs = native.scan(data)
-    assert scan.count == 2
-    assert runs == [0, 1, 2, 1]
-    assert [orjson.loads(o)["eventType"] for o in others] == ["TASK_DEFINITION_EVENT", "TASK_LIFECYCLE_EVENT"]
+    assert scan.count == 3
+    assert runs == [3, 1]
+    assert [orjson.loads(o)["eventType"] for o in others] == ["TASK_LIFECYCLE_EVENT"]
 
 
 @pytest.mark.parametrize("run", [RUN_A, RUN_B])
@@ -123,6 +139,42 @@ def test_captured_ray_sessions_replay_the_same(run: str, native: ModuleType, mon
     assert native.scan(data)[0].count > 0
     assert_same([data], monkeypatch, native)
     assert_same([orjson.dumps(e) for e in events], monkeypatch, native)  # one event a blob
+
+
+OTHER_TASKS = [base64.b64encode(n.to_bytes(8, "big") + b"\xff" * 12 + b"\x02\0\0\0").decode() for n in range(1, 5)]
+ANOTHER_TASKS = [base64.b64encode(n.to_bytes(8, "big") + b"\xff" * 12 + b"\x02\0\0\0").decode() for n in range(5, 13)]
+
+
+def actor_definition(task: str = TASK_B64, **extra: Any) -> dict[str, Any]:
+    payload = {
+        "taskId": task,
+        "taskAttempt": 0,
+        "actorTaskName": "A.f",
+        "actorFunc": {"pythonFunctionDescriptor": {"moduleName": "workload", "className": "A", "functionName": "f"}},
+        "actorId": "8m7lPZJAfyfNr6O/AgAAAA==",
+        "requiredResources": {},
+        "jobId": "AgAAAA==",
+        "parentTaskId": "//////////////////////////8CAAAA",
+        **extra,
+    }
+    return envelope("ACTOR_TASK_DEFINITION_EVENT", "actorTaskDefinitionEvent", payload)
+
+
+TEMPLATE_CHANGES: list[dict[str, Any]] = [
+    {},
+    {"taskType": "ACTOR_CREATION_TASK"},
+    {"language": "JAVA"},
+    {"taskFunc": {"pythonFunctionDescriptor": {"moduleName": "m", "functionName": "g"}}},
+    {"requiredResources": {"CPU": 1}},
+    {"labelSelector": {"a": "b"}},
+    {"fallbackStrategy": {"options": [{"label_selector": {}}]}},
+    {"actorId": "8m7lPZJAfyfNr6O/AgAAAA=="},
+    {"parentTaskId": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"},
+    {"placementGroupId": "AAAAAAAAAAAAAAAAAAAAAAAA"},
+    {"serializedRuntimeEnv": '{"pip": ["x"]}'},
+    {"callSite": "here"},
+    {"jobId": "AwAAAA=="},
+]
 
 
 CASES: dict[str, list[bytes]] = {
@@ -245,6 +297,74 @@ CASES: dict[str, list[bytes]] = {
         line(executor()),
         line(envelope("ACTOR_TASK_DEFINITION_EVENT", "actorTaskDefinitionEvent", {"taskId": TASK_B64})),
     ],
+    "definitions of one template": [
+        line(definition(task=OTHER_TASKS[0], name="a")),
+        line(definition(task=OTHER_TASKS[1], name="b")),
+        line(definition(task=OTHER_TASKS[2], name="a", attempt=1)),
+        line(definition(task=OTHER_TASKS[3], name="")),
+    ],
+    "a duplicate definition": [line(e) for e in [definition()] * 2] + [line(definition(task=OTHER_TASKS[0]))],
+    "definitions with escapes and non-ASCII": [
+        line(definition(serializedRuntimeEnv=json.dumps({"env_vars": {"A": 'x"y\\z'}}), callSite="a\nb\tc")),
+        line(definition(callSite="caf\u00e9 \u2603", refIds={"k": 'a"b'})),
+        line(definition(task=OTHER_TASKS[0])).replace(b'"language":"PYTHON"', b'"language":"PYTH\\u004fN"'),
+        line(definition(task=OTHER_TASKS[1], callSite="x")).replace(b'"callSite":"x"', b'"callSite":"\\ud83d\\ude00"'),
+        line(definition(task=OTHER_TASKS[2], callSite="x")).replace(b'"callSite":"x"', b'"callSite":"\\ud800"'),
+        line(definition(task=OTHER_TASKS[3], callSite="x")).replace(b'"callSite":"x"', b'"callSite":"\\x"'),
+        line(definition(name='say "hi"')),
+    ],
+    "definitions with nulls, absences and odd values": [
+        line(definition(name=None, taskType=None, language=None, jobId=None, requiredResources=None)),  # type: ignore[arg-type]
+        line(definition(labelSelector=None, fallbackStrategy=None, callSite=None, actorId=None)),
+        line(envelope("TASK_DEFINITION_EVENT", "taskDefinitionEvent", {"taskId": OTHER_TASKS[0]})),
+        line(definition(task=OTHER_TASKS[1], fallbackStrategy={"options": [{"label_selector": {"zone": "a"}}]})),
+        line(definition(task=OTHER_TASKS[2], taskAttempt=None)),
+        line(definition(task=OTHER_TASKS[3], requiredResources={"CPU": 1e3, "GPU": -0.5, "x": [True, None]})),
+        line(definition(name=5)),  # type: ignore[arg-type]
+        line(definition(taskType=5)),
+        line(definition(task="")),
+        line(definition(task=None)),  # type: ignore[arg-type]
+        line(definition(attempt="1")),  # type: ignore[arg-type]
+        line(definition(attempt=1.5)),  # type: ignore[arg-type]
+        line(definition(attempt=2**70)),
+        line(envelope("TASK_DEFINITION_EVENT", "taskDefinitionEvent", None)),  # type: ignore[arg-type]
+        line(definition()).replace(b'"taskName"', b'"taskName":"x","taskName"'),
+        line(definition()).replace(b'"requiredResources":', b'"requiredResources":' + b"[" * 70 + b"]" * 70 + b',"r":'),
+    ],
+    # Each after the first differs from it in one field of the template: none may share its Definition.
+    "definitions one template field apart": [
+        line(definition(task=task, **change))
+        for task, change in zip([TASK_B64, *OTHER_TASKS, *ANOTHER_TASKS], TEMPLATE_CHANGES, strict=True)
+    ],
+    "definitions that differ only where they are not read": [
+        line(definition(actorFunc={"f": 1})),
+        line(definition(task=OTHER_TASKS[0], taskFunc={"g": 2}, actorFunc={"f": 1})),
+        line(actor_definition(task=OTHER_TASKS[1], actorFunc={"g": 2}, taskFunc={"f": 1})),
+        line(actor_definition(task=OTHER_TASKS[2], actorFunc={"f": 1}, taskFunc={"g": 2})),
+    ],
+    "a task and an actor task of the same fields": [
+        line(definition(taskFunc={"f": 1}, actorId="8m7lPZJAfyfNr6O/AgAAAA==")),
+        line(
+            envelope(
+                "ACTOR_TASK_DEFINITION_EVENT",
+                "actorTaskDefinitionEvent",
+                {
+                    **definition(task=OTHER_TASKS[0], actorId="8m7lPZJAfyfNr6O/AgAAAA==")["taskDefinitionEvent"],
+                    "taskFunc": None,
+                    "actorFunc": {"f": 1},
+                },
+            )
+        ),
+    ],
+    "actor task definitions": [
+        line(actor_definition()),
+        line(actor_definition(task=OTHER_TASKS[0], actorTaskName="A.g")),
+        line(actor_definition(task=OTHER_TASKS[1], taskName="ignored", taskFunc={"ignored": 1})),
+        line(actor_definition(task=OTHER_TASKS[2], actorTaskName=None)),
+        line(definition(task=OTHER_TASKS[3])).replace(
+            b'"eventType":"TASK_DEFINITION_EVENT"', b'"eventType":"ACTOR_TASK_DEFINITION_EVENT"'
+        ),
+    ],
 }
 
 
@@ -307,6 +427,7 @@ def test_mutated_lines_replay_as_without_the_scan(native: ModuleType, monkeypatc
     delimiters, escapes and digits) never makes the two paths disagree."""
     rng = random.Random(20261127)
     seeds = [line(owner()), line(executor()), payload_line(taskLogInfo=LOG, stateTransitions=RUNNING)]
+    seeds += [line(definition(callSite='a"b')), line(actor_definition())]
     tokens = [b'"', b"\\", b",", b":", b"{", b"}", b"[", b"]", b"0", b"-", b"e", b" ", b"\t", b"\r", b"n", b"\xc3\xa9"]
     blobs = []
     for _ in range(3000):
@@ -366,7 +487,22 @@ def test_hex_id_answers_as_the_python_function_or_defers(native: ModuleType) -> 
     an all-hex or canonical base64 text, and None for anything else: never another id."""
     rng = random.Random(20261127)
     taken: list[str] = []
-    texts: list[object] = ["", "=", "====", "AA==", "AB==", "AAB=", "AAA=", "A===", "AAAA", "ab", "AbCdEf09", "abc", "abcg", "0g"]
+    texts: list[object] = [
+        "",
+        "=",
+        "====",
+        "AA==",
+        "AB==",
+        "AAB=",
+        "AAA=",
+        "A===",
+        "AAAA",
+        "ab",
+        "AbCdEf09",
+        "abc",
+        "abcg",
+        "0g",
+    ]
     texts += ["AA==\n", " AAAA", "AA-_", "AA_A", "AAA", "AAAAA", "é" * 4, "AAé=", 12345, None, b"AAAA", "ff" * 40]
     for size in (1, 2, 3, 4, 8, 24, 28, 48, 49):
         data = rng.randbytes(size)
