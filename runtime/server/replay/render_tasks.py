@@ -121,8 +121,10 @@ class TaskRenderer:
         failures = self._failures
         failed = names.index("FAILED")
         definitions: dict[int, int] = {}
-        # per sequence of ranks (most tasks share one): where its times are, and whether it goes by name
-        shapes: dict[bytes, tuple[int, int, int, bool]] = {}
+        # per sequence of ranks (most tasks share one), keyed by its digits in bijective base
+        # 65 (an int: no bytes made and hashed per attempt): the ranks as bytes, where its
+        # times are, and whether it goes by name
+        shapes: dict[int, tuple[bytes, int, int, int, bool]] = {}
         for task_id, attempt, st in self._table.attempts(ordered):
             d = st.definition
             codes = st.transitions or None
@@ -139,16 +141,20 @@ class TaskRenderer:
             creation = start = end = None
             transitions: list[Any] | None = None
             if codes:
-                # comprehensions, not appends: compiled, each append was a method call
-                sequence = bytes([code & STATE_MASK for code in codes])
+                shape_key = 0
+                for code in codes:
+                    shape_key = shape_key * 65 + (code & STATE_MASK) + 1
+                # a comprehension, not appends: compiled, each append was a method call
                 times = [((code >> STATE_BITS) + base) // 1_000_000 for code in codes]
-                shape = shapes.get(sequence)
+                shape = shapes.get(shape_key)
                 if shape is None:
-                    shape = shapes[sequence] = (
-                        *time_positions(kinds[rank] for rank in sequence),
-                        max(sequence) >= known,  # a state Ray 2.60 does not know: stored by name
+                    ranks = bytes([code & STATE_MASK for code in codes])
+                    shape = shapes[shape_key] = (
+                        ranks,
+                        *time_positions(kinds[rank] for rank in ranks),
+                        max(ranks) >= known,  # a state Ray 2.60 does not know: stored by name
                     )
-                created, running, ended, by_name = shape
+                sequence, created, running, ended, by_name = shape
                 creation = times[created] if created >= 0 else None
                 start = times[running] if running >= 0 else None
                 end = times[ended] if ended >= 0 else None
