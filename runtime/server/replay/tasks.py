@@ -48,7 +48,7 @@ from runtime.server.replay.task_events import (
     decode_task_blob,
     native_lifecycle,
 )
-from runtime.server.replay.timestamps import INT64_MAX, INT64_MIN, NANOS_LEN, SECOND_NS, to_int, ts_ns
+from runtime.server.replay.timestamps import INT64_MAX, NANOS_LEN, SECOND_NS, in_int64, to_int, ts_ns
 
 
 class TaskTable:
@@ -322,7 +322,7 @@ class TaskTable:
                 end = int(entry.get("endTime"))  # type: ignore[arg-type]
             except (TypeError, ValueError, OverflowError):
                 continue
-            if not (INT64_MIN <= start <= INT64_MAX and INT64_MIN <= end <= INT64_MAX):
+            if not (in_int64(start) and in_int64(end)):
                 continue  # Ray's are int64 ns: beyond it, unusable like text
             name = str(entry.get("eventName") or "")
             extra = entry.get("extraData")

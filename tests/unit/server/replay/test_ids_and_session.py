@@ -6,7 +6,7 @@ import pytest
 
 from runtime.server.replay.ids import IdCache, hex_id, is_nil
 from runtime.server.replay.session import SessionReplay, base_ns_for
-from runtime.server.replay.timestamps import to_int, ts_ns
+from runtime.server.replay.timestamps import in_int64, to_int, ts_ns
 from runtime.storage.layout import session_created_at
 from tests.unit.server.replay.events import definition, owner
 
@@ -50,6 +50,19 @@ def test_timestamps(text: object, expected: int | None) -> None:
 def test_int64_strings() -> None:
     assert to_int("10225") == 10225 and to_int(7) == 7 and to_int(None) == 0 and to_int("x") == 0
     assert to_int("1.0") == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "fits"),
+    [
+        (0, True), (-1, True), (2**62 - 1, True), (2**62, True), (-(2**62), True), (-(2**62) - 1, True),
+        (2**63 - 1, True), (-(2**63), True), (2**63, False), (-(2**63) - 1, False), (2**70, False), (-(2**70), False),
+    ],
+)  # fmt: skip
+def test_int64_bounds_either_side_of_the_unboxed_ints(value: int, fits: bool) -> None:
+    """The compiled check tries the 63-bit ints held unboxed first, then the int64 bounds."""
+    assert in_int64(value) is fits
+    assert to_int(value) == (value if fits else 0) and to_int(str(value)) == (value if fits else 0)
 
 
 def test_base_for_session_names() -> None:
