@@ -1100,16 +1100,16 @@ done:
  * (-1: absent) and text as written. */
 static PyObject *template_key(PyObject *body, const Record *r) {
     Py_ssize_t size = 1;
-    for (int i = 0; i < DEF_KEYS; i++) size += 4 + (r->keys[i].len > 0 ? r->keys[i].len : 0);
+    for (int i = 0; i < DEF_KEYS; i++) size += sizeof(Py_ssize_t) + (r->keys[i].len > 0 ? r->keys[i].len : 0);
     PyObject *key = PyBytes_FromStringAndSize(NULL, size);
     if (key == NULL) return NULL;
     char *out = PyBytes_AS_STRING(key);
     const char *text = PyBytes_AS_STRING(body);
     *out++ = (char)r->kind;
     for (int i = 0; i < DEF_KEYS; i++) {
-        int32_t len = (int32_t)r->keys[i].len;
-        memcpy(out, &len, 4);
-        out += 4;
+        Py_ssize_t len = r->keys[i].len;
+        memcpy(out, &len, sizeof len);
+        out += sizeof len;
         if (len > 0) {
             memcpy(out, text + r->keys[i].at, (size_t)len);
             out += len;
