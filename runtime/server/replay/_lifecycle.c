@@ -87,6 +87,28 @@ static inline void skip_ws(Cursor *c) {
     while (c->p < c->end && (*c->p == ' ' || *c->p == '\t')) c->p++;
 }
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+/* Past the plain bytes of a string, sixteen at a time: c->p stops at the first quote,
+ * backslash or control byte, or where fewer than sixteen bytes are left. */
+static inline void skip_plain_blocks(Cursor *c) {
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), control = _mm_set1_epi8(0x1F);
+    while (c->end - c->p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)c->p);
+        __m128i stops = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                                     _mm_cmpeq_epi8(_mm_min_epu8(v, control), v)); /* v <= 0x1F */
+        int mask = _mm_movemask_epi8(stops);
+        if (mask) {
+            c->p += __builtin_ctz((unsigned)mask);
+            return;
+        }
+        c->p += 16;
+    }
+}
+#else
+static inline void skip_plain_blocks(Cursor *c) { (void)c; }
+#endif
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && defined(__GNUC__)
 #define WORD_AT_A_TIME 1
 /* The bytes of w (8 of a string, in memory order) that end a plain string: '"', '\\' or
@@ -100,12 +122,13 @@ static inline uint64_t string_stops(uint64_t w) {
 }
 #endif
 
-/* A string without escapes or control characters: its span (quotes excluded).  Eight
- * bytes at a time where the platform allows: a byte at a time, this loop was ~11 % of
- * the instructions of a whole in-process build (callgrind, 10k tasks); now 4 % fewer. */
+/* A string without escapes or control characters: its span (quotes excluded).  Sixteen,
+ * then eight bytes at a time where the platform allows: a byte at a time, this loop was
+ * ~11 % of the instructions of a whole in-process build (callgrind, 10k tasks). */
 static int read_string(Cursor *c, Span *out) {
     if (c->p >= c->end || *c->p != '"') return 0;
     const char *start = ++c->p;
+    skip_plain_blocks(c);
 #ifdef WORD_AT_A_TIME
     while (c->end - c->p >= 8) {
         uint64_t w;
@@ -162,6 +185,7 @@ static int read_escaped_string(Cursor *c, Span *out) {
     if (c->p >= c->end || *c->p != '"') return 0;
     const char *start = ++c->p;
     for (;;) {
+        skip_plain_blocks(c);
 #ifdef WORD_AT_A_TIME
         while (c->end - c->p >= 8) {
             uint64_t w;

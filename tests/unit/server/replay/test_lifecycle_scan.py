@@ -455,7 +455,7 @@ def test_many_attempts_and_ids(native: ModuleType, monkeypatch: pytest.MonkeyPat
     assert_same([b"\n".join(lines[i : i + 64]) for i in range(0, len(lines), 64)], monkeypatch, native)
 
 
-@pytest.mark.parametrize("at", range(18))
+@pytest.mark.parametrize("at", range(40))
 @pytest.mark.parametrize(
     ("planted", "taken"),
     [
@@ -472,9 +472,9 @@ def test_many_attempts_and_ids(native: ModuleType, monkeypatch: pytest.MonkeyPat
 def test_a_string_stops_at_its_first_quote_escape_or_control_byte(
     at: int, planted: bytes, taken: bool, native: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Strings are read eight bytes at a time: whatever the offset of the byte that
-    ends one (across and within those eight), the scan takes exactly the lines it took
-    a byte at a time, with the same values as the Python path."""
+    """Strings are read sixteen, then eight bytes at a time: whatever the offset of the
+    byte that ends one (across and within those blocks), the scan takes exactly the lines
+    it took a byte at a time, with the same values as the Python path."""
     data = payload_line(taskLogInfo={**LOG, "stdoutFile": "/" + "a" * at + "~" + "b" * 19})
     assert data.count(b"~") == 1
     data = data.replace(b"~", planted)
@@ -512,3 +512,16 @@ def test_hex_id_answers_as_the_python_function_or_defers(native: ModuleType) -> 
         fast = native.hex_id(text)
         assert fast is None or fast == ids.hex_id(text), text
     assert all(native.hex_id(text) == ids.hex_id(text) for text in taken)  # the fast path takes them
+
+
+@pytest.mark.parametrize("at", range(40))
+def test_an_escaped_string_is_read_across_blocks(at: int, native: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A template field with escapes at any offset is read to its true end (the escaped
+    quote does not end it), and a control byte anywhere in it leaves the line."""
+    site = "a" * at + '"' + "b" * 19 + "\\" + "c" * at
+    data = line(definition(callSite=site))
+    assert native.scan(data)[0].count == 1
+    assert_same([b"\n".join([data, line(definition(task=OTHER_TASKS[0], callSite=site))])], monkeypatch, native)
+    bad = data.replace(b"b" * 19, b"b" * 9 + b"\x01" + b"b" * 9)
+    assert native.scan(bad)[0].count == 0
+    assert_same([bad], monkeypatch, native)
