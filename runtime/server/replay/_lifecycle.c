@@ -89,9 +89,9 @@ static inline void skip_ws(Cursor *c) {
 
 #ifdef __SSE2__
 #include <emmintrin.h>
-/* Past the plain bytes of a string, sixteen at a time: c->p stops at the first quote,
- * backslash or control byte, or where fewer than sixteen bytes are left. */
-static inline void skip_plain_blocks(Cursor *c) {
+/* Past the plain bytes of a string, sixteen at a time: 1 with c->p at the first quote,
+ * backslash or control byte, 0 where fewer than sixteen bytes are left. */
+static inline int skip_plain_blocks(Cursor *c) {
     const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), control = _mm_set1_epi8(0x1F);
     while (c->end - c->p >= 16) {
         __m128i v = _mm_loadu_si128((const __m128i *)c->p);
@@ -100,13 +100,17 @@ static inline void skip_plain_blocks(Cursor *c) {
         int mask = _mm_movemask_epi8(stops);
         if (mask) {
             c->p += __builtin_ctz((unsigned)mask);
-            return;
+            return 1;
         }
         c->p += 16;
     }
+    return 0;
 }
 #else
-static inline void skip_plain_blocks(Cursor *c) { (void)c; }
+static inline int skip_plain_blocks(Cursor *c) {
+    (void)c;
+    return 0;
+}
 #endif
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && defined(__GNUC__)
@@ -122,13 +126,12 @@ static inline uint64_t string_stops(uint64_t w) {
 }
 #endif
 
-/* A string without escapes or control characters: its span (quotes excluded).  Sixteen,
- * then eight bytes at a time where the platform allows: a byte at a time, this loop was
- * ~11 % of the instructions of a whole in-process build (callgrind, 10k tasks). */
-static int read_string(Cursor *c, Span *out) {
-    if (c->p >= c->end || *c->p != '"') return 0;
-    const char *start = ++c->p;
-    skip_plain_blocks(c);
+/* Past the plain bytes of a string: c->p at its first quote, backslash or control byte,
+ * or at the end.  Sixteen, then eight bytes at a time where the platform allows: a byte at
+ * a time, this loop was ~11 % of the instructions of a whole in-process build (callgrind,
+ * 10k tasks). */
+static inline void skip_plain(Cursor *c) {
+    if (skip_plain_blocks(c)) return;
 #ifdef WORD_AT_A_TIME
     while (c->end - c->p >= 8) {
         uint64_t w;
@@ -136,23 +139,24 @@ static int read_string(Cursor *c, Span *out) {
         uint64_t stops = string_stops(w);
         if (stops) {
             c->p += __builtin_ctzll(stops) >> 3;
-            break;
+            return;
         }
         c->p += 8;
     }
 #endif
-    while (c->p < c->end) {
-        unsigned char ch = (unsigned char)*c->p;
-        if (ch == '"') {
-            out->at = start - c->base;
-            out->len = c->p - start;
-            c->p++;
-            return 1;
-        }
-        if (ch == '\\' || ch < 0x20) return 0;
-        c->p++;
-    }
-    return 0;
+    while (c->p < c->end && (unsigned char)*c->p >= 0x20 && *c->p != '"' && *c->p != '\\') c->p++;
+}
+
+/* A string without escapes or control characters: its span (quotes excluded). */
+static int read_string(Cursor *c, Span *out) {
+    if (c->p >= c->end || *c->p != '"') return 0;
+    const char *start = ++c->p;
+    skip_plain(c);
+    if (c->p >= c->end || *c->p != '"') return 0; /* an escape, a control byte or the end */
+    out->at = start - c->base;
+    out->len = c->p - start;
+    c->p++;
+    return 1;
 }
 
 static inline int is_digit(char ch) { return ch >= '0' && ch <= '9'; }
@@ -185,20 +189,7 @@ static int read_escaped_string(Cursor *c, Span *out) {
     if (c->p >= c->end || *c->p != '"') return 0;
     const char *start = ++c->p;
     for (;;) {
-        skip_plain_blocks(c);
-#ifdef WORD_AT_A_TIME
-        while (c->end - c->p >= 8) {
-            uint64_t w;
-            memcpy(&w, c->p, 8);
-            uint64_t stops = string_stops(w);
-            if (stops) {
-                c->p += __builtin_ctzll(stops) >> 3;
-                break;
-            }
-            c->p += 8;
-        }
-#endif
-        while (c->p < c->end && (unsigned char)*c->p >= 0x20 && *c->p != '"' && *c->p != '\\') c->p++;
+        skip_plain(c);
         if (c->p >= c->end || (unsigned char)*c->p < 0x20) return 0;
         if (*c->p == '"') {
             out->at = start - c->base;

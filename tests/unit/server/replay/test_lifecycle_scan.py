@@ -472,14 +472,22 @@ def test_many_attempts_and_ids(native: ModuleType, monkeypatch: pytest.MonkeyPat
 def test_a_string_stops_at_its_first_quote_escape_or_control_byte(
     at: int, planted: bytes, taken: bool, native: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Strings are read sixteen, then eight bytes at a time: whatever the offset of the
-    byte that ends one (across and within those blocks), the scan takes exactly the lines
-    it took a byte at a time, with the same values as the Python path."""
-    data = payload_line(taskLogInfo={**LOG, "stdoutFile": "/" + "a" * at + "~" + "b" * 19})
-    assert data.count(b"~") == 1
-    data = data.replace(b"~", planted)
-    assert native.scan(data)[0].count == int(taken)
-    assert_same([data], monkeypatch, native)
+    """Strings are read sixteen, then eight, then one byte at a time: whatever the offset
+    of the byte that ends one and however many bytes follow it (so that each of the three
+    loops meets it), the scan takes exactly the lines it took a byte at a time, with the
+    same values as the Python path."""
+    lines = []
+    for tail in range(20):
+        data = payload_line(taskLogInfo={**LOG, "stdoutFile": "/" + "a" * at + "~" + "b" * tail})
+        assert data.count(b"~") == 1
+        lines.append(data.replace(b"~", planted))
+    # The blocks run to the end of the line: only a string near its end meets the last two loops.
+    end = payload_line(taskLogInfo=LOG)
+    assert end.endswith(b'"message":""}')
+    lines.append(end[:-2] + b"a" * at + planted + b'"}')
+    for data in lines:
+        assert native.scan(data)[0].count == int(taken), data[-60:]
+    assert_same(lines, monkeypatch, native)
 
 
 def test_hex_id_answers_as_the_python_function_or_defers(native: ModuleType) -> None:
