@@ -11,7 +11,7 @@ import orjson
 from flask import Flask, Response
 from werkzeug.exceptions import HTTPException
 
-from runtime.server.index.errors import SessionLoadError
+from runtime.server.load_errors import SessionLoadError
 from runtime.storage.errors import InvalidKeyError, StorageError, StorageUnavailableError
 
 logger = logging.getLogger(__name__)

@@ -36,7 +36,6 @@ from pathlib import Path
 import orjson
 
 from runtime.server.index.cpus import usable_cpus
-from runtime.server.index.errors import SessionLoadError
 from runtime.server.index.fingerprint import fingerprints
 from runtime.server.index.index_file import INSERT_OBJECT, BuildStats, object_rows, write_meta
 from runtime.server.index.pool import WorkerError, WorkerPool
@@ -60,6 +59,7 @@ from runtime.server.index.sources import (
 )
 from runtime.server.index.spill import remove_spill_files
 from runtime.server.index.tables import insert_actors, insert_jobs, insert_nodes
+from runtime.server.load_errors import SessionLoadError
 from runtime.server.replay.decode import InflateLimitError
 from runtime.server.replay.jobs import merge_jobs, parse_snapshot
 from runtime.server.replay.log_events import LogEvents

@@ -34,9 +34,9 @@ from typing import BinaryIO
 import orjson
 
 from runtime.server.index.cpus import killed_hint
-from runtime.server.index.errors import SessionLoadError
 from runtime.server.index.pool import python_env
 from runtime.server.index.progress import ProgressCallback, no_progress
+from runtime.server.load_errors import SessionLoadError
 from runtime.storage.base import ObjectInfo
 from runtime.storage.config import StorageConfig
 from runtime.storage.layout import ClusterRef

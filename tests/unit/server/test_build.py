@@ -16,10 +16,10 @@ import pytest
 from bench.synth_session import write_synthetic_session
 from runtime.server.index import schema
 from runtime.server.index.build import build_index
-from runtime.server.index.errors import SessionLoadError
 from runtime.server.index.fingerprint import fingerprints
 from runtime.server.index.index_file import refresh_objects
 from runtime.server.index.reader import SessionIndex
+from runtime.server.load_errors import SessionLoadError
 from runtime.storage.base import ObjectInfo, ObjectStore
 from runtime.storage.config import StorageConfig, open_store
 from runtime.storage.layout import ClusterRef, KeyLayout

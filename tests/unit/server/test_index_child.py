@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from runtime.server.index.child import build_in_child
-from runtime.server.index.errors import SessionLoadError
 from runtime.server.index.reader import SessionIndex
+from runtime.server.load_errors import SessionLoadError
 from runtime.storage.config import StorageConfig, open_store
 from runtime.storage.layout import KeyLayout
 from tests.support.sample_session import StoredSample, write_sample_session
