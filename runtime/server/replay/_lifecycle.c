@@ -1275,10 +1275,6 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 
 /* ------------------------------------------------------------------ task ids */
 
-static inline int hex_digit(unsigned char ch) {
-    return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
-}
-
 static int base64_value(unsigned char ch) {
     if (ch >= 'A' && ch <= 'Z') return ch - 'A';
     if (ch >= 'a' && ch <= 'z') return ch - 'a' + 26;
@@ -1300,7 +1296,7 @@ static PyObject *hex_id(PyObject *module, PyObject *arg) {
     Py_ssize_t len = PyUnicode_GET_LENGTH(arg);
     if (len == 0) Py_RETURN_NONE;
     Py_ssize_t n = 0;
-    while (n < len && hex_digit(text[n])) n++;
+    while (n < len && is_hex_digit((char)text[n])) n++;
     if (n == len) {
         PyObject *out = PyUnicode_New(len, 127);
         if (out == NULL) return NULL;
