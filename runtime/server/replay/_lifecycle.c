@@ -1,23 +1,26 @@
-/* The lifecycle and definition events of a task shard, scanned and applied in C (the
- * native build only).
+/* The lifecycle, definition and profile events of a task shard, scanned and applied in C
+ * (the native build only).
  *
  * Three of every four task events are TASK_LIFECYCLE_EVENTs, nearly all the others
- * TASK_DEFINITION_EVENTs: decoding each into msgspec structs and applying it in Python was
- * most of a shard's CPU.  scan() reads a blob of JSON lines once and keeps, for each line
- * of a shape it knows exactly, the spans and numbers the handlers need; every other line is
- * handed back for the typed Python path.  A lifecycle event is taken when its read fields
- * are plain strings, int64 numbers and RFC 3339 timestamps with nanoseconds, nothing
- * optional carried; a definition when its ids and name are plain strings (see
- * read_definition).  apply() then does what TaskTable.lifecycle does for the first, on the
+ * TASK_DEFINITION_EVENTs and (about one per executed task) TASK_PROFILE_EVENTs: decoding
+ * each into msgspec structs or dicts and applying it in Python was most of a shard's CPU.
+ * scan() reads a blob of JSON lines once and keeps, for each line of a shape it knows
+ * exactly, the spans and numbers the handlers need; every other line is handed back for
+ * the typed Python path.  A lifecycle event is taken when its read fields are plain
+ * strings, int64 numbers and RFC 3339 timestamps with nanoseconds, nothing optional
+ * carried; a definition when its ids and name are plain strings (see read_definition); a
+ * profile event when its ids are plain strings and its entries' times int64 (see
+ * read_profile).  apply() then does what TaskTable.lifecycle does for the first, on the
  * same Attempt objects; for the second what TaskTable.definition does when the template
  * (the fields every task of one function shares) is one it met before, and hands the line
- * to the Python path when it is new.
+ * to the Python path when it is new; for the third what TaskTable.profile does up to its
+ * entries, which it hands to TaskTable._scanned_profile already decoded.
  *
- * A line is taken here only when it is strict JSON (no escapes where a value is read, no
- * control characters, standard numbers) that msgspec would decode to the same values:
- * anything else is the Python path's, which keeps every rule it has.  scan() has no side
- * effects, so a blob that the Python side finally rejects is replayed the old way from the
- * start.
+ * A line is taken here only when it is strict JSON (no escapes where a value is read as
+ * written, no control characters, standard numbers) that msgspec would decode to the same
+ * values: anything else is the Python path's, which keeps every rule it has.  scan() has
+ * no side effects, so a blob that the Python side finally rejects is replayed the old way
+ * from the start.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -26,7 +29,7 @@
 
 #define MAX_DEPTH 64
 #define STATE_BITS 6
-enum { LIFECYCLE, DEFINITION, ACTOR_DEFINITION, KINDS };
+enum { LIFECYCLE, DEFINITION, ACTOR_DEFINITION, PROFILE, KINDS };
 
 typedef struct {
     Py_ssize_t at, len; /* a span of the body; len < 0: absent or null */
@@ -41,8 +44,14 @@ typedef struct {
  * written (see read_definition). */
 #define DEF_KEYS 12
 
+/* One entry of a profile event's ``events``. */
 typedef struct {
-    int kind; /* LIFECYCLE, DEFINITION or ACTOR_DEFINITION */
+    Span name, extra; /* as written, escapes included (quotes excluded); len < 0: null or absent */
+    int64_t start, end;
+} ProfileEntry;
+
+typedef struct {
+    int kind; /* LIFECYCLE, DEFINITION, ACTOR_DEFINITION or PROFILE */
     Span line; /* the whole line: the Python path's when its template is new */
     Span name; /* a definition's task name (len < 0: null or absent) */
     Span keys[DEF_KEYS];
@@ -52,6 +61,8 @@ typedef struct {
     int has_log;
     LogSide out, err;
     Py_ssize_t first_transition, transitions; /* into Scan.times/ranks */
+    Span component_type, component_id, node_ip; /* a profile event's (len < 0: null or absent) */
+    Py_ssize_t first_entry, entries;            /* into Scan.entries */
 } Record;
 
 typedef struct {
@@ -66,6 +77,8 @@ typedef struct {
     Py_ssize_t count, capacity;
     TransitionRef *transitions;
     Py_ssize_t transition_count, transition_capacity;
+    ProfileEntry *entries;
+    Py_ssize_t entry_count, entry_capacity;
 } Scan;
 
 static const char *const TASK_STATES[] = {
@@ -620,14 +633,140 @@ static int read_definition(Cursor *c, Record *r, int actor) {
     return more == 0 && r->task_id.len > 0;
 }
 
+/* A profile entry's time: an int64 number, or a string of 1-19 digits with an optional
+ * '-' within int64: what int() makes of it and in_int64 keeps (anything else: the Python
+ * path's, which skips such an entry). */
+static int read_time(Cursor *c, int64_t *out) {
+    if (c->p >= c->end || *c->p != '"') return read_int64(c, out);
+    Span s;
+    if (!read_string(c, &s)) return 0;
+    const char *p = c->base + s.at, *e = p + s.len;
+    int negative = 0;
+    if (p < e && *p == '-') {
+        negative = 1;
+        p++;
+    }
+    if (p == e || e - p > 19) return 0;
+    uint64_t value = 0; /* 19 digits stay below 2^64 */
+    for (; p < e; p++) {
+        if (!is_digit(*p)) return 0;
+        value = value * 10 + (uint64_t)(*p - '0');
+    }
+    if (value > (uint64_t)INT64_MAX + (uint64_t)negative) return 0;
+    *out = negative ? (int64_t)(0 - value) : (int64_t)value;
+    return 1;
+}
+
+static int push_entry(Scan *scan, const ProfileEntry *entry) {
+    if (scan->entry_count == scan->entry_capacity) {
+        Py_ssize_t capacity = scan->entry_capacity ? scan->entry_capacity * 2 : 256;
+        ProfileEntry *grown = PyMem_Realloc(scan->entries, capacity * sizeof(ProfileEntry));
+        if (grown == NULL) return -1;
+        scan->entries = grown;
+        scan->entry_capacity = capacity;
+    }
+    scan->entries[scan->entry_count++] = *entry;
+    return 0;
+}
+
+/* One entry of ``events``: an object with both times (read_time) and a name and extra
+ * data that are strings (escapes allowed) or null.  1 read, 0 not taken, -1 no memory. */
+static int read_entry(Cursor *c, Scan *scan) {
+    Span key;
+    int first = 1, more, seen = 0;
+    static const char *const names[] = {"eventName", "startTime", "endTime", "extraData"};
+    ProfileEntry entry = {{0, -1}, {0, -1}, 0, 0};
+    while ((more = next_member(c, &first, &key)) == 1) {
+        int ok;
+        switch (member(c, &key, names, 4, &seen)) {
+            case -2: return 0;
+            case 0: ok = is_null(c) || read_escaped_string(c, &entry.name); break;
+            case 1: ok = read_time(c, &entry.start); break;
+            case 2: ok = read_time(c, &entry.end); break;
+            case 3: ok = is_null(c) || read_escaped_string(c, &entry.extra); break;
+            default: ok = skip_any(c, 5); break;
+        }
+        if (!ok) return 0;
+    }
+    if (more < 0 || (seen & 6) != 6) return 0; /* a time missing: the Python path skips the entry */
+    return push_entry(scan, &entry) < 0 ? -1 : 1;
+}
+
+/* ``events``: a list of at least one entry (none: a bad event, the Python path's). */
+static int read_entries(Cursor *c, Scan *scan, Record *r) {
+    if (c->p >= c->end || *c->p != '[') return 0;
+    c->p++;
+    skip_ws(c);
+    r->first_entry = scan->entry_count;
+    for (;;) {
+        int ok = read_entry(c, scan);
+        if (ok <= 0) return ok;
+        skip_ws(c);
+        if (c->p >= c->end) return 0;
+        if (*c->p == ']') break;
+        if (*c->p != ',') return 0;
+        c->p++;
+        skip_ws(c);
+    }
+    c->p++;
+    r->entries = scan->entry_count - r->first_entry;
+    return 1;
+}
+
+/* ``profileEvents``: the component's fields plain strings or null, and its entries. */
+static int read_profile_body(Cursor *c, Scan *scan, Record *r) {
+    Span key;
+    int first = 1, more, seen = 0;
+    static const char *const names[] = {"componentType", "componentId", "nodeIpAddress", "events"};
+    while ((more = next_member(c, &first, &key)) == 1) {
+        int ok;
+        switch (member(c, &key, names, 4, &seen)) {
+            case -2: return 0;
+            case 0: ok = read_optional_string(c, &r->component_type); break;
+            case 1: ok = read_optional_string(c, &r->component_id); break;
+            case 2: ok = read_optional_string(c, &r->node_ip); break;
+            case 3: ok = read_entries(c, scan, r); break;
+            default: ok = skip_any(c, 3); break;
+        }
+        if (ok <= 0) return ok;
+    }
+    return more == 0 && (seen & 8) ? 1 : 0;
+}
+
+/* A taskProfileEvents payload, taken in the shapes TaskTable.profile reads as they are:
+ * the task id a plain string, the attempt an int64 (or null), the job id a plain string
+ * or null, and profileEvents as read_profile_body takes it. */
+static int read_profile(Cursor *c, Scan *scan, Record *r) {
+    Span key;
+    int first = 1, more, seen = 0;
+    static const char *const names[] = {"taskId", "attemptNumber", "jobId", "profileEvents"};
+    r->task_id.len = r->job.len = r->component_type.len = r->component_id.len = r->node_ip.len = -1;
+    r->attempt = 0;
+    r->first_entry = scan->entry_count;
+    r->entries = 0;
+    while ((more = next_member(c, &first, &key)) == 1) {
+        int ok;
+        switch (member(c, &key, names, 4, &seen)) {
+            case -2: return 0;
+            case 0: ok = read_string(c, &r->task_id); break;
+            case 1: ok = is_null(c) || read_int64(c, &r->attempt); break;
+            case 2: ok = read_optional_string(c, &r->job); break;
+            case 3: ok = read_profile_body(c, scan, r); break;
+            default: ok = skip_any(c, 2); break;
+        }
+        if (ok <= 0) return ok;
+    }
+    return more == 0 && r->task_id.len > 0 && (seen & 8) ? 1 : 0;
+}
+
 /* 1: an event taken here; 0: a line for the Python path; -1: out of memory. */
 static int scan_line(Scan *scan, const char *base, const char *line, const char *end, Record *r) {
     static const char *const types[KINDS] = {"TASK_LIFECYCLE_EVENT", "TASK_DEFINITION_EVENT",
-                                             "ACTOR_TASK_DEFINITION_EVENT"};
+                                             "ACTOR_TASK_DEFINITION_EVENT", "TASK_PROFILE_EVENT"};
     Cursor c = {base, line, end};
     Span key, event_type = {0, -1};
     int first = 1, more, have_payload = 0, have_id = 0, kind = -1;
-    Py_ssize_t transitions_before = scan->transition_count;
+    Py_ssize_t transitions_before = scan->transition_count, entries_before = scan->entry_count;
     r->event_id.len = -1;
     r->line.at = line - base;
     r->line.len = end - line;
@@ -650,6 +789,12 @@ static int scan_line(Scan *scan, const char *base, const char *line, const char 
             if (have_payload++) goto other;
             kind = key.len == 19 ? DEFINITION : ACTOR_DEFINITION;
             if (!read_definition(&c, r, kind == ACTOR_DEFINITION)) goto other;
+        } else if (key_is(&c, &key, "taskProfileEvents")) {
+            if (have_payload++) goto other;
+            kind = PROFILE;
+            int ok = read_profile(&c, scan, r);
+            if (ok < 0) return -1;
+            if (!ok) goto other;
         } else if (!skip_value(&c, 1)) {
             goto other;
         }
@@ -661,6 +806,7 @@ static int scan_line(Scan *scan, const char *base, const char *line, const char 
     return 1;
 other:
     scan->transition_count = transitions_before;
+    scan->entry_count = entries_before;
     return 0;
 }
 
@@ -670,6 +816,7 @@ static void Scan_dealloc(Scan *self) {
     Py_XDECREF(self->body);
     PyMem_Free(self->records);
     PyMem_Free(self->transitions);
+    PyMem_Free(self->entries);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -688,7 +835,7 @@ static PyTypeObject ScanType = {
     .tp_basicsize = sizeof(Scan),
     .tp_dealloc = (destructor)Scan_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The lifecycle events scanned from one blob.",
+    .tp_doc = "The task events scanned from one blob.",
     .tp_getset = Scan_getset,
 };
 
@@ -708,6 +855,8 @@ static PyObject *scan(PyObject *module, PyObject *arg) {
     s->records = NULL;
     s->count = s->capacity = s->transition_count = s->transition_capacity = 0;
     s->transitions = NULL;
+    s->entries = NULL;
+    s->entry_count = s->entry_capacity = 0;
     PyObject *others = PyList_New(0), *runs = PyList_New(0);
     if (others == NULL || runs == NULL) goto fail;
     Py_ssize_t run = 0;
@@ -774,6 +923,7 @@ fail:
 typedef struct {
     PyObject *attempts, *attempt_type, *ids, *known, *seconds, *ts_ns, *strings;
     PyObject *templates, *names, *learn; /* definitions: see apply_definition */
+    PyObject *profile;                   /* profile events: see apply_profile */
     Py_ssize_t templates_limit, names_limit;
     int64_t base_ns;
     /* The last second looked up (SECOND_NS's value for it never changes). */
@@ -1022,6 +1172,26 @@ static int seen_before(PyObject *body, PyObject *state, const Record *r) {
     return result;
 }
 
+/* The record's job id on an attempt that has none yet (first wins); -1 on error. */
+static int carry_job(Context *ctx, PyObject *body, PyObject *state, const Record *r) {
+    if (r->job.len <= 0) return 0;
+    PyObject *job = PyObject_GetAttr(state, S_job);
+    if (job == NULL) return -1;
+    int truth = PyObject_IsTrue(job);
+    Py_DECREF(job);
+    if (truth <= 0) {
+        if (truth < 0) return -1;
+        PyObject *text = span_str(body, &r->job);
+        PyObject *hex = text ? PyObject_CallOneArg(ctx->ids, text) : NULL;
+        Py_XDECREF(text);
+        if (hex == NULL) return -1;
+        int rc = PyObject_SetAttr(state, S_job, hex);
+        Py_DECREF(hex);
+        if (rc < 0) return -1;
+    }
+    return 0;
+}
+
 /* 1 applied, 2 duplicate, -1 error. */
 static int apply_one(Context *ctx, Scan *scan, const Record *r) {
     PyObject *body = scan->body;
@@ -1034,22 +1204,7 @@ static int apply_one(Context *ctx, Scan *scan, const Record *r) {
         result = 2;
         goto done;
     }
-    if (r->job.len > 0) {
-        PyObject *job = PyObject_GetAttr(state, S_job);
-        if (job == NULL) goto done;
-        int truth = PyObject_IsTrue(job);
-        Py_DECREF(job);
-        if (truth < 0) goto done;
-        if (!truth) {
-            PyObject *text = span_str(body, &r->job);
-            PyObject *hex = text ? PyObject_CallOneArg(ctx->ids, text) : NULL;
-            Py_XDECREF(text);
-            if (hex == NULL) goto done;
-            int rc = PyObject_SetAttr(state, S_job, hex);
-            Py_DECREF(hex);
-            if (rc < 0) goto done;
-        }
-    }
+    if (carry_job(ctx, body, state, r) < 0) goto done;
     if (r->has_log && merge_log(ctx, body, state, r) < 0) goto done;
     if (r->transitions == 0) {
         result = 1; /* metadata only */
@@ -1204,13 +1359,114 @@ done:
     return result;
 }
 
-#define APPLY_ARGS 15
+/* A JSON string's value (escapes decoded; read_escaped_string checked them and refused
+ * surrogates); "" for null or absent. */
+static PyObject *string_value(PyObject *body, const Span *s) {
+    if (s->len < 0) return Py_NewRef(S_empty);
+    const char *text = PyBytes_AS_STRING(body) + s->at;
+    if (memchr(text, '\\', (size_t)s->len) == NULL) return PyUnicode_DecodeUTF8(text, s->len, "strict");
+    char *out = PyMem_Malloc((size_t)s->len); /* an escape never decodes to more bytes than it takes */
+    if (out == NULL) return PyErr_NoMemory();
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = 0; i < s->len; i++) {
+        char ch = text[i];
+        if (ch != '\\') {
+            out[n++] = ch;
+            continue;
+        }
+        ch = text[++i];
+        switch (ch) {
+            case 'b': out[n++] = '\b'; break;
+            case 'f': out[n++] = '\f'; break;
+            case 'n': out[n++] = '\n'; break;
+            case 'r': out[n++] = '\r'; break;
+            case 't': out[n++] = '\t'; break;
+            case 'u': {
+                unsigned code = 0;
+                for (int k = 1; k <= 4; k++) {
+                    char h = text[i + k];
+                    code = code * 16 + (unsigned)(is_digit(h) ? h - '0' : (h | 0x20) - 'a' + 10);
+                }
+                i += 4;
+                if (code < 0x80) {
+                    out[n++] = (char)code;
+                } else if (code < 0x800) {
+                    out[n++] = (char)(0xC0 | (code >> 6));
+                    out[n++] = (char)(0x80 | (code & 0x3F));
+                } else {
+                    out[n++] = (char)(0xE0 | (code >> 12));
+                    out[n++] = (char)(0x80 | ((code >> 6) & 0x3F));
+                    out[n++] = (char)(0x80 | (code & 0x3F));
+                }
+                break;
+            }
+            default: out[n++] = ch; break; /* '"', '\\' or '/' */
+        }
+    }
+    PyObject *value = PyUnicode_DecodeUTF8(out, n, "strict");
+    PyMem_Free(out);
+    return value;
+}
+
+static PyObject *optional_str(PyObject *body, const Span *s) {
+    return s->len < 0 ? Py_NewRef(Py_None) : span_str(body, s);
+}
+
+/* TaskTable.profile for a taken profile event: the attempt, the duplicate check and the
+ * job id here, then ``profile(state, component_type, component_id, node_ip, entries)``
+ * (TaskTable._scanned_profile) with the entries as (name, start, end, extra) tuples.
+ * 1 applied, 2 duplicate, -1 error. */
+static int apply_profile(Context *ctx, Scan *scan, const Record *r) {
+    PyObject *body = scan->body;
+    PyObject *state = attempt_of(ctx, body, r);
+    if (state == NULL) return -1;
+    int result = -1;
+    PyObject *entries = NULL, *args[5] = {state, NULL, NULL, NULL, NULL};
+    int seen = seen_before(body, state, r);
+    if (seen) {
+        result = seen < 0 ? -1 : 2;
+        goto done;
+    }
+    if (carry_job(ctx, body, state, r) < 0) goto done;
+    entries = PyList_New(r->entries);
+    if (entries == NULL) goto done;
+    for (Py_ssize_t i = 0; i < r->entries; i++) {
+        const ProfileEntry *e = &scan->entries[r->first_entry + i];
+        PyObject *item = PyTuple_New(4);
+        if (item == NULL) goto done;
+        PyList_SET_ITEM(entries, i, item);
+        PyObject *parts[4] = {string_value(body, &e->name), PyLong_FromLongLong(e->start),
+                              PyLong_FromLongLong(e->end), string_value(body, &e->extra)};
+        int complete = 1;
+        for (int k = 0; k < 4; k++) {
+            if (parts[k] == NULL) complete = 0;
+            else PyTuple_SET_ITEM(item, k, parts[k]);
+        }
+        if (!complete) goto done;
+    }
+    args[1] = optional_str(body, &r->component_type);
+    args[2] = optional_str(body, &r->component_id);
+    args[3] = optional_str(body, &r->node_ip);
+    if (args[1] == NULL || args[2] == NULL || args[3] == NULL) goto done;
+    args[4] = entries;
+    PyObject *answer = PyObject_Vectorcall(ctx->profile, args, 5, NULL);
+    if (answer == NULL) goto done;
+    Py_DECREF(answer);
+    result = 1;
+done:
+    for (int k = 1; k < 4; k++) Py_XDECREF(args[k]);
+    Py_XDECREF(entries);
+    Py_DECREF(state);
+    return result;
+}
+
+#define APPLY_ARGS 16
 #define APPLY_SIGNATURE                                                                      \
     "apply(scan, start, stop, attempts, Attempt, ids, seconds, ts_ns, strings, base_ns, "    \
-    "templates, names, learn, templates_limit, names_limit)"
+    "templates, names, learn, templates_limit, names_limit, profile)"
 
 /* APPLY_SIGNATURE -> (taken, duplicates, bad): the events start..stop applied, counted
- * by kind (lifecycle, definition, actor task definition). */
+ * by kind (lifecycle, definition, actor task definition, profile). */
 static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != APPLY_ARGS || !PyObject_TypeCheck(args[0], &ScanType)) {
@@ -1234,6 +1490,7 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     ctx.templates = args[10];
     ctx.names = args[11];
     ctx.learn = args[12];
+    ctx.profile = args[15];
     ctx.has_head = 0;
     if (!PyDict_Check(ctx.attempts) || !PyDict_Check(ctx.seconds) || !PyDict_Check(ctx.strings) ||
         !PyDict_Check(ctx.templates) || !PyDict_Check(ctx.names)) {
@@ -1259,7 +1516,9 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     Py_ssize_t taken[KINDS] = {0}, duplicates[KINDS] = {0}, bad = 0;
     for (Py_ssize_t i = start; i < stop; i++) {
         const Record *r = &scan->records[i];
-        int result = r->kind == LIFECYCLE ? apply_one(&ctx, scan, r) : apply_definition(&ctx, scan, r);
+        int result = r->kind == LIFECYCLE ? apply_one(&ctx, scan, r)
+                     : r->kind == PROFILE ? apply_profile(&ctx, scan, r)
+                                          : apply_definition(&ctx, scan, r);
         if (result < 0) {
             Py_DECREF(ctx.known);
             return NULL;
@@ -1269,8 +1528,8 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         bad += result == 0;
     }
     Py_DECREF(ctx.known);
-    return Py_BuildValue("((nnn)(nnn)n)", taken[0], taken[1], taken[2], duplicates[0], duplicates[1], duplicates[2],
-                         bad);
+    return Py_BuildValue("((nnnn)(nnnn)n)", taken[0], taken[1], taken[2], taken[3], duplicates[0], duplicates[1],
+                         duplicates[2], duplicates[3], bad);
 }
 
 /* ------------------------------------------------------------------ task ids */

@@ -22,7 +22,7 @@ from runtime.server.replay.task_events import (
 from runtime.server.replay.tasks import TaskTable
 
 #: The kinds of event the native scan takes, in the order of its counts.
-_SCANNED = (LifecycleEvent, DefinitionEvent, ActorTaskDefinitionEvent)
+_SCANNED = (LifecycleEvent, DefinitionEvent, ActorTaskDefinitionEvent, ProfileEvent)
 
 
 def apply_typed(tasks: TaskTable, events: list[Any], kinds: Counter[type[Any]]) -> tuple[int, int]:
@@ -56,7 +56,7 @@ def apply_typed(tasks: TaskTable, events: list[Any], kinds: Counter[type[Any]]) 
 
 
 def apply_scanned(tasks: TaskTable, blob: ScannedBlob) -> tuple[Counter[type[Any]], int, int, int]:
-    """Apply a blob whose lifecycle and definition events were scanned in C, in the
+    """Apply a blob whose lifecycle, definition and profile events were scanned in C, in the
     blob's order: each run of scanned events in C, the others typed. Answers the events
     by type (the duplicates taken back), how many events, duplicates and bad events."""
     others = blob.others

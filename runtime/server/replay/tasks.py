@@ -213,15 +213,16 @@ class TaskTable:
         return APPLIED
 
     def apply_scanned(self, scan: Any, start: int, stop: int) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-        """:meth:`lifecycle` and :meth:`definition` for the events ``start..stop`` of a
-        native scan (:func:`~runtime.server.replay.task_events.scan_task_blob`), in C on
-        the same attempts; answers how many of each kind (lifecycle, definition, actor
-        task definition) were taken and were duplicates, and how many were bad."""
+        """:meth:`lifecycle`, :meth:`definition` and :meth:`profile` for the events
+        ``start..stop`` of a native scan (:func:`~runtime.server.replay.task_events.scan_task_blob`),
+        in C on the same attempts; answers how many of each kind (lifecycle, definition,
+        actor task definition, profile) were taken and were duplicates, and how many were bad."""
         if native_lifecycle is None:
             raise RuntimeError("the native lifecycle scan is not built")
         counts: tuple[tuple[int, ...], tuple[int, ...], int] = native_lifecycle.apply(
             scan, start, stop, self._attempts, Attempt, self._ids, SECOND_NS, ts_ns, self._strings, self.base_ns,
             self._scanned_templates, self._names, self._learn_definition, _RAW_TEMPLATES_LIMIT, _TEMPLATES_LIMIT,
+            self._scanned_profile,
         )  # fmt: skip
         return counts
 
@@ -306,14 +307,7 @@ class TaskTable:
         job = payload.get("jobId")
         if job and not state.job:
             state.job = self._ids(job)
-        prof = state.profile
-        if prof is None:
-            prof = state.profile = Profile(
-                self._intern(str(body.get("componentType") or "")),
-                self._ids(body.get("componentId")),
-                self._intern(str(body.get("nodeIpAddress") or "")),
-            )
-        events = prof.events
+        prof = self._profile_of(state, body.get("componentType"), body.get("componentId"), body.get("nodeIpAddress"))
         for entry in entries:
             if type(entry) is not dict:
                 continue
@@ -326,11 +320,37 @@ class TaskTable:
                 continue  # Ray's are int64 ns: beyond it, unusable like text
             name = str(entry.get("eventName") or "")
             extra = entry.get("extraData")
-            extra_text = extra if isinstance(extra, str) else ""
-            events.setdefault((self._intern(name), start, end), extra_text)
-            if name.startswith("task::") and extra_text and extra_text != "{}":
-                prof.func_name = profile_func(name, extra_text) or prof.func_name
+            self._add_profile_event(prof, name, start, end, extra if isinstance(extra, str) else "")
         return APPLIED
+
+    def _profile_of(self, state: Attempt, component_type: object, component_id: object, node_ip: object) -> Profile:
+        """The attempt's Profile, made from the first profile event's component."""
+        prof = state.profile
+        if prof is None:
+            prof = state.profile = Profile(
+                self._intern(str(component_type or "")), self._ids(component_id), self._intern(str(node_ip or ""))
+            )
+        return prof
+
+    def _add_profile_event(self, prof: Profile, name: str, start: int, end: int, extra: str) -> None:
+        prof.events.setdefault((self._intern(name), start, end), extra)
+        if name.startswith("task::") and extra and extra != "{}":
+            prof.func_name = profile_func(name, extra) or prof.func_name
+
+    def _scanned_profile(
+        self,
+        state: Attempt,
+        component_type: str | None,
+        component_id: str | None,
+        node_ip: str | None,
+        entries: list[tuple[str, int, int, str]],
+    ) -> None:
+        """The rest of :meth:`profile` for an event the native scan took and applied up
+        to its entries (attempt, duplicate check, job id); ``entries`` are (name, start,
+        end, extra data), each as :meth:`profile` reads it."""
+        prof = self._profile_of(state, component_type, component_id, node_ip)
+        for name, start, end, extra in entries:
+            self._add_profile_event(prof, name, start, end, extra)
 
     # ------------------------------------------------------------ internals
     def _intern(self, text: str) -> str:

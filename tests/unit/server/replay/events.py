@@ -77,3 +77,33 @@ def owner(task: str = TASK_B64, attempt: int = 0, end: str = "FINISHED", **extra
 
 def executor(task: str = TASK_B64, attempt: int = 0, **extra: Any) -> dict[str, Any]:
     return lifecycle(task, attempt, (("RUNNING", ts(3)),), nodeId="", workerId="", workerPid=10258, **extra)
+
+
+def profile_entry(name: str, start: int, end: int, extra: str = "{}") -> dict[str, Any]:
+    """One entry as Ray 2.60 writes it: times as strings of int64 ns."""
+    return {"eventName": name, "startTime": str(start), "endTime": str(end), "extraData": extra}
+
+
+def profile(task: str = TASK_B64, attempt: int = 0, entries: list[Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """An executor's TASK_PROFILE_EVENT, shaped like the captured ones (runB)."""
+    start = 1_795_311_945_003_300_000
+    if entries is None:
+        entries = [
+            profile_entry("task:deserialize_arguments", start, start + 1000),
+            profile_entry("task:execute", start + 1000, start + 2000),
+            profile_entry("task:store_outputs", start + 2000, start + 3000),
+            profile_entry("task::work", start - 1000, start + 4000, '{"name":"__main__.work","task_id":"x"}'),
+        ]
+    payload = {
+        "taskId": task,
+        "attemptNumber": attempt,
+        "jobId": JOB_B64,
+        "profileEvents": {
+            "componentType": "worker",
+            "componentId": WORKER_B64,
+            "nodeIpAddress": "192.0.2.2",
+            "events": entries,
+        },
+        **extra,
+    }
+    return envelope("TASK_PROFILE_EVENT", "taskProfileEvents", payload)

@@ -29,6 +29,8 @@ from tests.unit.server.replay.events import (
     envelope,
     executor,
     owner,
+    profile,
+    profile_entry,
     ts,
 )
 
@@ -124,6 +126,25 @@ def test_takes_the_definitions_it_reads_exactly(name: str, taken: list[int], nat
     assert [native.scan(text)[0].count for text in CASES[name]] == taken
 
 
+@pytest.mark.parametrize(
+    ("name", "taken"),
+    [
+        ("profile events as Ray writes them", [1, 1, 1, 1]),
+        ("profile entries with escapes, nulls and absences", [1] * 8 + [0] * 4),
+        ("profile times", [1, 1, 1] + [0] * 17),
+        ("profile components, jobs and attempts", [1] * 9 + [0, 1, 0, 0, 0, 0]),
+        ("bad profile events", [0] * 14),
+        ("profiles of one attempt", [1] * 7),
+    ],
+)
+def test_takes_the_profile_events_it_reads_exactly(name: str, taken: list[int], native: ModuleType) -> None:
+    """Profile events are taken when TaskTable.profile reads their values as they are:
+    ids plain strings, times int64 (strings of digits as Ray writes them, or numbers of
+    up to 18 digits), names and extra data strings with any escape but a surrogate, or
+    null. Whatever int() or str() would convert, and every bad event, is the Python path's."""
+    assert [native.scan(text)[0].count for text in CASES[name]] == taken
+
+
 def test_takes_ray_lifecycle_and_definition_events_and_leaves_the_rest(native: ModuleType) -> None:
     data = b"\n".join([line(definition()), line(owner()), line(executor()), payload_line(rayErrorInfo={"x": 1})])
     scan, others, runs = native.scan(data)
@@ -175,6 +196,32 @@ TEMPLATE_CHANGES: list[dict[str, Any]] = [
     {"callSite": "here"},
     {"jobId": "AwAAAA=="},
 ]
+
+
+T0 = 1_795_311_945_003_300_000
+DROP: Any = object()  # a field left out
+
+
+def _dropped(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _dropped(v) for k, v in value.items() if v is not DROP}
+    if isinstance(value, list):
+        return [_dropped(v) for v in value]
+    return value
+
+
+def profile_line(entry: dict[str, Any] | None = None, body: dict[str, Any] | None = None, **payload: Any) -> bytes:
+    """A profile event of one entry (Ray's shape) with fields of the entry, of
+    ``profileEvents`` or of the payload changed (DROP: absent)."""
+    event = profile(entries=[{**profile_entry("task:execute", T0, T0 + 1000), **(entry or {})}])
+    inner = event["taskProfileEvents"]
+    inner["profileEvents"].update(body or {})
+    inner.update(payload)
+    return line(_dropped(event))
+
+
+def profile_times(start: Any, end: Any = "7") -> bytes:
+    return profile_line({"startTime": start, "endTime": end})
 
 
 CASES: dict[str, list[bytes]] = {
@@ -365,6 +412,95 @@ CASES: dict[str, list[bytes]] = {
             b'"eventType":"TASK_DEFINITION_EVENT"', b'"eventType":"ACTOR_TASK_DEFINITION_EVENT"'
         ),
     ],
+    "profile events as Ray writes them": [
+        line(profile()),
+        line(profile(attempt=1)),
+        line(profile(task=OTHER_TASKS[0], entries=[profile_entry("submit_task", T0, T0 + 5)] * 2)),
+        line(profile(task=OTHER_TASKS[1], attempt=None)),
+    ],
+    "profile entries with escapes, nulls and absences": [
+        line(profile()).replace(b"task:execute", b'task:\\u00e9x\\u4e2d\\n\\/\\\\\\"e'),
+        profile_line({"eventName": None, "extraData": None}),
+        profile_line({"eventName": DROP, "extraData": DROP}),
+        profile_line({"eventName": "", "extraData": ""}),
+        profile_line({"eventName": "task::f", "extraData": '{"name": "m.f\u00e9 \u4e2d", "x": "\\"}'}),
+        profile_line({"eventName": "task::g", "extraData": '{"name":"m.g"}', "other": {"a": ["\n", 1.5e3]}}),
+        profile_line({"eventName": "task::h", "extraData": "not json"}),
+        profile_line({"eventName": "task::i", "extraData": "{}"}),
+        line(profile()).replace(b"task:execute", b"task:\\ud83d\\ude00"),  # a surrogate pair
+        profile_line({"extraData": 5}),
+        profile_line({"extraData": {}}),
+        profile_line({"eventName": 5}),
+    ],
+    "profile times": [
+        profile_times(5, 7),
+        profile_times("0000012", "-5"),
+        profile_times("9223372036854775807", "-9223372036854775808"),
+        profile_times(-(2**62), 2**59),
+        profile_times("9223372036854775808"),
+        profile_times("-9223372036854775809"),
+        profile_times("99999999999999999999"),
+        profile_times(T0),  # a 19-digit number
+        profile_times("+5"),
+        profile_times(" 5"),
+        profile_times("1_000"),
+        profile_times("1e3"),
+        profile_times(""),
+        profile_times("-"),
+        profile_times(1.5),
+        profile_times(True),
+        profile_times(None),
+        profile_times(DROP),
+        profile_times("5", DROP),
+        profile_times("\u0665"),  # a digit int() reads
+    ],
+    "profile components, jobs and attempts": [
+        profile_line(body={"componentType": None, "componentId": None, "nodeIpAddress": None}),
+        profile_line(body={"componentType": DROP, "componentId": DROP, "nodeIpAddress": DROP}),
+        profile_line(body={"componentType": "", "componentId": "", "nodeIpAddress": ""}, taskId=OTHER_TASKS[0]),
+        profile_line(body={"componentType": "driver", "x": {"y": "\u00e9"}}, taskId=OTHER_TASKS[1]),
+        profile_line(jobId=None, taskId=OTHER_TASKS[2]),
+        profile_line(jobId="", taskId=OTHER_TASKS[2]),
+        profile_line(jobId=DROP, attemptNumber=DROP, taskId=OTHER_TASKS[3]),
+        profile_line(attemptNumber=2**40, other=[1, {"a": None}]),
+        profile_line(attemptNumber=-1),
+        profile_line(body={"componentType": 5}, taskId=ANOTHER_TASKS[0]),
+        profile_line(body={"componentId": "a\u00e9"}, taskId=ANOTHER_TASKS[1]),
+        profile_line(jobId=5, taskId=ANOTHER_TASKS[2]),
+        profile_line(attemptNumber="1", taskId=ANOTHER_TASKS[3]),
+        profile_line(attemptNumber=1.0, taskId=ANOTHER_TASKS[4]),
+        profile_line(attemptNumber=True, taskId=ANOTHER_TASKS[5]),
+    ],
+    "bad profile events": [
+        profile_line(body={"events": []}),
+        profile_line(body={"events": None}),
+        profile_line(body={"events": DROP}),
+        profile_line(body={"events": [5, profile_entry("a", 1, 2)]}),
+        profile_line(body={"events": {"a": 1}}),
+        profile_line(profileEvents=None),
+        profile_line(profileEvents=DROP),
+        profile_line(taskId=""),
+        profile_line(taskId=None),
+        profile_line(taskId=5),
+        line(envelope("TASK_PROFILE_EVENT", "taskProfileEvents", None)),  # type: ignore[arg-type]
+        profile_line().replace(b'"startTime"', b'"startTime":"3","startTime"'),
+        profile_line().replace(b'"events"', b'"events":[],"events"'),
+        profile_line().replace(b'"jobId"', b'"jobId":null,"jobId"'),
+    ],
+    "profiles of one attempt": [
+        line(profile(entries=[profile_entry("task::a", 1, 2, '{"name":"m.a"}'), profile_entry("x", 3, 4, "1")])),
+        line(profile(entries=[profile_entry("x", 3, 4, "2"), profile_entry("task::b", 5, 6, '{"name":"m.b"}')])),
+        line(profile(entries=[profile_entry("task::c", 7, 8, "{}"), profile_entry("task::d", 7, 8, "")])),
+        line(profile(jobId="AwAAAA==")),
+        line(owner()),
+        *[line(e) for e in [profile(attempt=3)] * 2],
+    ],
+    "a profile event before the lifecycle": [
+        line(profile(jobId="AwAAAA==")),
+        line(owner()),
+        line(executor()),
+        line(definition()),
+    ],
 }
 
 
@@ -427,7 +563,7 @@ def test_mutated_lines_replay_as_without_the_scan(native: ModuleType, monkeypatc
     delimiters, escapes and digits) never makes the two paths disagree."""
     rng = random.Random(20261127)
     seeds = [line(owner()), line(executor()), payload_line(taskLogInfo=LOG, stateTransitions=RUNNING)]
-    seeds += [line(definition(callSite='a"b')), line(actor_definition())]
+    seeds += [line(definition(callSite='a"b')), line(actor_definition()), line(profile())]
     tokens = [b'"', b"\\", b",", b":", b"{", b"}", b"[", b"]", b"0", b"-", b"e", b" ", b"\t", b"\r", b"n", b"\xc3\xa9"]
     blobs = []
     for _ in range(3000):
