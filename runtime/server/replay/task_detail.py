@@ -39,13 +39,14 @@ import hashlib
 import operator
 from collections.abc import Callable, Iterable
 from itertools import accumulate
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import orjson
 
 from runtime.server.replay.attempt import TASK_STATES, Definition, LogInfo, Profile
 from runtime.server.replay.ids import is_nil
+from runtime.server.replay.timestamps import in_int64
 
 Fragment = orjson.Fragment
 _PLAIN = ord("{")
@@ -188,10 +189,22 @@ def _named_events(transitions: list[Any]) -> tuple[bytes, bytes, bytes, bytes]:
     return b"[" + events + b"]", creation, start, end
 
 
+#: Up to 2**53 an int is exactly a double: one IEEE division is then the correctly rounded quotient.
+_EXACT_INT: Final = 2**53
+
+
 def _ms(ns: int) -> float:
-    """``ns / 1_000_000`` rounded once, as Python divides ints: compiled (mypyc), that
-    expression divides two doubles for ints of a machine word, and ns since the epoch
-    are beyond a double's 53 bits (1795311948774222000 ns gave 1795311948774.2222 ms)."""
+    """``ns / 1_000_000`` rounded once, as Python divides ints. Compiled (mypyc), that
+    expression turns both ints into doubles first, and ns since the epoch are beyond a
+    double's 53 bits (1795311948774222000 ns gave 1795311948774.2222 ms). Beyond 2**53
+    (within int64) the whole ms are exact (< 2**53) and the fraction, rounded to within
+    2**-53, can carry the sum over a rounding boundary only if the sum lies on it, where
+    the fraction is exact (tests compare every boundary shape with Python's quotient)."""
+    if -_EXACT_INT <= ns <= _EXACT_INT:
+        return float(ns) / 1e6
+    if in_int64(ns):
+        whole = ns // 1_000_000
+        return whole + (ns - whole * 1_000_000) / 1e6
     return operator.truediv(ns, 1_000_000)  # type: ignore[no-any-return]
 
 
