@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SYNTH_VERSION = "3"  # bench/server_cold_load.py's
+SYNTH_VERSION = "4"  # bench/server_cold_load.py's
 
 _LIFECYCLE = (
     "STRUCT(taskId VARCHAR, taskAttempt BIGINT, jobId VARCHAR, nodeId VARCHAR, workerId VARCHAR, workerPid BIGINT,"

@@ -37,7 +37,7 @@ from runtime.storage.config import StorageConfig, open_store  # noqa: E402
 from runtime.storage.layout import ClusterRef, KeyLayout  # noqa: E402
 
 #: Bump when the generator's output changes: cached sessions are regenerated.
-SYNTH_VERSION = "3"
+SYNTH_VERSION = "4"
 CLUSTER = ClusterRef("default", "synth")
 
 

@@ -9,7 +9,8 @@ prints them; per task attempt a definition, the owner's lifecycle (pending ...
 FINISHED/FAILED with ``rayErrorInfo``) and the executor's RUNNING with the
 ``taskLogInfo`` split in two events (files + start offsets, then end offsets);
 actors with creation tasks and actor tasks, drivers, the hidden dashboard job
-01000000, ~1% failed attempts (half retried), some profile events, node
+01000000, ~1% failed attempts (half retried), a profile event per executed attempt
+(as Ray 2.60 sends them: four entries, the task's own extra data), node
 definition/lifecycle (one worker node dies), several driver jobs, the session
 marker, a stored ``/api/jobs/`` snapshot and a few log files. Deterministic for a
 seed. ``n_tasks`` is the exact number of task attempts.
@@ -138,7 +139,6 @@ class _Attempt:
     attempt: int = 0
     failed: bool = False
     logs: bool = False  # executor reports taskLogInfo (normal tasks)
-    profile: bool = False
 
 
 class _Writer:
@@ -456,7 +456,6 @@ class _Generator:
                         start,
                         node,
                         worker,
-                        profile=i % 20 == 13,
                     )
                 )
                 continue
@@ -477,14 +476,11 @@ class _Generator:
                 worker,
                 failed=failed,
                 logs=True,
-                profile=i % 20 == 0,
             )
             self._attempt(task)
             if failed and i % 200 == 37 and self.attempts < self.n_tasks:
                 self.s.retried += 1
-                self._attempt(
-                    dataclasses.replace(task, start=start + 50_000_000, attempt=1, failed=False, profile=False)
-                )
+                self._attempt(dataclasses.replace(task, start=start + 50_000_000, attempt=1, failed=False))
         return i
 
     def _attempt(self, a: _Attempt) -> None:
@@ -521,7 +517,7 @@ class _Generator:
             self.w.emit(a.node, a.job, "TASK_LIFECYCLE_EVENT", payload, a.start + 900_000 + k)
         if not owner_first:
             self.w.emit(head, a.job, "TASK_LIFECYCLE_EVENT", owner, end)
-        if a.profile:
+        if executor:  # the executing worker reports its profile, as Ray 2.60 does for every task
             self._profile(a, end)
 
     def _executor(self, a: _Attempt) -> list[dict[str, Any]]:
