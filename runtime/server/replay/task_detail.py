@@ -202,9 +202,8 @@ def _ms(ns: int) -> float:
     the fraction is exact (tests compare every boundary shape with Python's quotient)."""
     if -_EXACT_INT <= ns <= _EXACT_INT:
         return float(ns) / 1e6
-    if in_int64(ns):
-        whole = ns // 1_000_000
-        return whole + (ns - whole * 1_000_000) / 1e6
+    if in_int64(ns):  # (% rather than a product: mypyc multiplies ints beyond 2**32 as objects)
+        return ns // 1_000_000 + ns % 1_000_000 / 1e6
     return operator.truediv(ns, 1_000_000)  # type: ignore[no-any-return]
 
 
