@@ -15,8 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import orjson
-
+from runtime.common.json_bytes import dumps_kept
 from runtime.server.replay.ended import actor_ended_message, end_of
 from runtime.server.replay.ids import IdCache
 from runtime.server.replay.timestamps import to_int, ts_ns
@@ -97,7 +96,7 @@ class ActorTable:
         end = end_of(life.state, life.updated_ms, end_ms)
         if end is not None:
             dead = replace(life, state="DEAD", end_ms=end, updated_ms=end, exit_detail=actor_ended_message(life.state))
-            ended_json = orjson.dumps(self._object(actor, dead, job_id, node_ips)[0])
+            ended_json = dumps_kept(self._object(actor, dead, job_id, node_ips)[0])
         return ActorRow(
             actor_id=actor.actor_id,
             job_id=job_id,
@@ -106,8 +105,8 @@ class ActorTable:
             state=life.state,
             class_name=str(d.get("className") or ""),
             repr_name=life.repr_name,
-            required_resources_json=None if resources is None else orjson.dumps(resources),
-            actor_json=orjson.dumps(obj),
+            required_resources_json=None if resources is None else dumps_kept(resources),
+            actor_json=dumps_kept(obj),  # every actor's row is held until they are all written
             ended_json=ended_json,
         )
 

@@ -25,6 +25,8 @@ from typing import Any
 
 import orjson
 
+from runtime.common.json_bytes import dumps_kept
+
 MAX_LINE_BYTES = 2 * 1024 * 1024
 TRIM_ABOVE = 11_000
 TRIM_TO = 10_000
@@ -83,7 +85,7 @@ class LogEvents:
                 self.bad_lines += 1
                 return
             self._held += 1
-        events[event_id] = (ts, orjson.dumps(converted))
+        events[event_id] = (ts, dumps_kept(converted))  # up to MAX_HELD of them
         if len(events) >= 2 * TRIM_TO:
             self._trim(job_key, events)
 

@@ -20,6 +20,7 @@ from typing import Any, cast
 import msgspec
 import orjson
 
+from runtime.common.json_bytes import dumps_kept
 from runtime.server.replay.attempt import (
     APPLIED,
     BAD,
@@ -360,7 +361,7 @@ class TaskTable:
         return found
 
     def _frag(self, value: object) -> bytes:
-        data = orjson.dumps(value)
+        data = dumps_kept(value)
         found = self._frags.get(data)
         if found is None:
             self._frags[data] = found = data
