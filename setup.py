@@ -28,6 +28,7 @@ NATIVE_MODULES = [
     "runtime/server/replay/timestamps.py",
     "runtime/server/index/shard_db.py",
     "runtime/server/index/spill.py",
+    "runtime/common/json_bytes.py",
 ]
 
 
