@@ -111,7 +111,7 @@ class SessionReplay:
         self._count_typed(kinds, len(events), duplicates, bad)
 
     def feed_scanned(self, blob: ScannedBlob) -> None:
-        """Apply a blob of task events whose lifecycle and definition events were scanned in C, in
+        """Apply a blob of task events whose lifecycle, definition and profile events were scanned in C, in
         the blob's order: each run of scanned events in C, the others as typed events."""
         self._count_typed(*apply_scanned(self.tasks, blob))
 

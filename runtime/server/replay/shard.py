@@ -58,7 +58,7 @@ class TaskShard:
         typed when every line is a task event of the exact shape (nearly always),
         else decoded the tolerant way."""
         typed = typed_task_blob(blob, lines)
-        if isinstance(typed, ScannedBlob):  # the native build: lifecycle and definition events scanned in C
+        if isinstance(typed, ScannedBlob):  # the native build: lifecycle, definition and profile events scanned in C
             self.replay.feed_scanned(typed)
             return
         if typed is not None:

@@ -28,7 +28,7 @@ import msgspec
 import orjson
 
 native_lifecycle: ModuleType | None
-try:  # the native build's C scan of lifecycle and definition events (setup.py); absent, the typed path does all
+try:  # the native build's C scan of lifecycle, definition and profile events (setup.py); else typed
     from runtime.server.replay import _lifecycle
 
     native_lifecycle = _lifecycle
@@ -171,7 +171,7 @@ def _decoded(body: bytes, lines: int | None) -> list[TaskEvent] | None:
 
 
 class ScannedBlob(NamedTuple):
-    """A blob whose lifecycle and definition events the native scan took (``_lifecycle.c``): ``runs``
+    """A blob whose lifecycle, definition and profile events the native scan took (``_lifecycle.c``): ``runs``
     alternate the numbers of taken lines and of ``others`` lines, taken first."""
 
     scan: Any
@@ -180,7 +180,7 @@ class ScannedBlob(NamedTuple):
 
 
 def scan_task_blob(blob: bytes, lines: int | None = None) -> ScannedBlob | None:
-    """:func:`decode_task_blob` with the lifecycle and definition events scanned in C (the native
+    """:func:`decode_task_blob` with the lifecycle, definition and profile events scanned in C (the native
     build): None when nothing was taken or when :func:`decode_task_blob` would answer
     None (then decode the blob as without it; the scan changed nothing)."""
     if native_lifecycle is None:
