@@ -387,6 +387,25 @@ static int read_optional_string(Cursor *c, Span *out) {
     return read_string(c, out);
 }
 
+/* The int64 that p..e spells: an optional '-', then 1 to max_digits (at most 19) digits,
+ * within int64.  1, or 0 for anything else. */
+static int digits_int64(const char *p, const char *e, int max_digits, int64_t *out) {
+    int negative = 0;
+    if (p < e && *p == '-') {
+        negative = 1;
+        p++;
+    }
+    if (p == e || e - p > max_digits) return 0;
+    uint64_t value = 0; /* 19 digits stay below 2^64 */
+    for (; p < e; p++) {
+        if (!is_digit(*p)) return 0;
+        value = value * 10 + (uint64_t)(*p - '0');
+    }
+    if (value > (uint64_t)INT64_MAX + (uint64_t)negative) return 0;
+    *out = negative ? (int64_t)(0 - value) : (int64_t)value;
+    return 1;
+}
+
 /* A log offset: null (0), an int64 number, or a string of 1-18 digits with an optional
  * '-' (Ray sends its int64 fields as strings): what to_int turns into the same number. */
 static int read_offset(Cursor *c, int64_t *out) {
@@ -396,21 +415,7 @@ static int read_offset(Cursor *c, int64_t *out) {
     }
     if (c->p < c->end && *c->p == '"') {
         Span s;
-        if (!read_string(c, &s)) return 0;
-        const char *p = c->base + s.at, *e = p + s.len;
-        int negative = 0;
-        if (p < e && *p == '-') {
-            negative = 1;
-            p++;
-        }
-        if (p == e || e - p > 18) return 0;
-        int64_t value = 0;
-        for (; p < e; p++) {
-            if (!is_digit(*p)) return 0;
-            value = value * 10 + (*p - '0');
-        }
-        *out = negative ? -value : value;
-        return 1;
+        return read_string(c, &s) && digits_int64(c->base + s.at, c->base + s.at + s.len, 18, out);
     }
     return read_int64(c, out);
 }
@@ -639,22 +644,7 @@ static int read_definition(Cursor *c, Record *r, int actor) {
 static int read_time(Cursor *c, int64_t *out) {
     if (c->p >= c->end || *c->p != '"') return read_int64(c, out);
     Span s;
-    if (!read_string(c, &s)) return 0;
-    const char *p = c->base + s.at, *e = p + s.len;
-    int negative = 0;
-    if (p < e && *p == '-') {
-        negative = 1;
-        p++;
-    }
-    if (p == e || e - p > 19) return 0;
-    uint64_t value = 0; /* 19 digits stay below 2^64 */
-    for (; p < e; p++) {
-        if (!is_digit(*p)) return 0;
-        value = value * 10 + (uint64_t)(*p - '0');
-    }
-    if (value > (uint64_t)INT64_MAX + (uint64_t)negative) return 0;
-    *out = negative ? (int64_t)(0 - value) : (int64_t)value;
-    return 1;
+    return read_string(c, &s) && digits_int64(c->base + s.at, c->base + s.at + s.len, 19, out);
 }
 
 static int push_entry(Scan *scan, const ProfileEntry *entry) {
