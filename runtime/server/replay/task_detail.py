@@ -210,15 +210,15 @@ def _ms(ns: int) -> float:
     the fraction is exact (tests compare every boundary shape with Python's quotient)."""
     if -_EXACT_INT <= ns <= _EXACT_INT:
         return float(ns) / 1e6
-    if in_int64(ns):  # (% rather than a product: mypyc multiplies ints beyond 2**32 as objects)
+    if in_int64(ns):  # (% rather than a product: mypyc multiplies ints from 2**30, or negative, as objects)
         return ns // 1_000_000 + ns % 1_000_000 / 1e6
     return operator.truediv(ns, 1_000_000)  # type: ignore[no-any-return]
 
 
 def _normal_json(text: str) -> bytes:
     """Profile extra data as the State API answers it: re-encoded JSON, ``{}`` when
-    unparsable. Ray's names its task, so it is a text per task, held until the shard is
-    written: orjson's own bytes were ~250 MiB more per worker of a 1M-task build."""
+    unparsable. Ray's extra data names its task, so each is a text of its own, held until
+    the shard is written: orjson's own bytes were ~250 MiB more per worker of a 1M-task build."""
     try:
         return dumps_kept(orjson.loads(text))
     except orjson.JSONDecodeError:
