@@ -443,13 +443,21 @@ static int is_nanos_timestamp(const char *t, Py_ssize_t len) {
     return year >= 1700 && year <= 2261;
 }
 
+/* A full array of ``*capacity`` items of ``size`` bytes made twice as large (``first``
+ * items when empty): the new block, *capacity updated; NULL when memory is short (the
+ * array left as it was). */
+static void *grown(void *items, Py_ssize_t *capacity, size_t size, Py_ssize_t first) {
+    Py_ssize_t wanted = *capacity ? *capacity * 2 : first;
+    void *larger = PyMem_Realloc(items, (size_t)wanted * size);
+    if (larger != NULL) *capacity = wanted;
+    return larger;
+}
+
 static int push_transition(Scan *scan, TransitionRef ref) {
     if (scan->transition_count == scan->transition_capacity) {
-        Py_ssize_t capacity = scan->transition_capacity ? scan->transition_capacity * 2 : 256;
-        TransitionRef *grown = PyMem_Realloc(scan->transitions, capacity * sizeof(TransitionRef));
-        if (grown == NULL) return -1;
-        scan->transitions = grown;
-        scan->transition_capacity = capacity;
+        TransitionRef *larger = grown(scan->transitions, &scan->transition_capacity, sizeof(TransitionRef), 256);
+        if (larger == NULL) return -1;
+        scan->transitions = larger;
     }
     scan->transitions[scan->transition_count++] = ref;
     return 0;
@@ -649,11 +657,9 @@ static int read_time(Cursor *c, int64_t *out) {
 
 static int push_entry(Scan *scan, const ProfileEntry *entry) {
     if (scan->entry_count == scan->entry_capacity) {
-        Py_ssize_t capacity = scan->entry_capacity ? scan->entry_capacity * 2 : 256;
-        ProfileEntry *grown = PyMem_Realloc(scan->entries, capacity * sizeof(ProfileEntry));
-        if (grown == NULL) return -1;
-        scan->entries = grown;
-        scan->entry_capacity = capacity;
+        ProfileEntry *larger = grown(scan->entries, &scan->entry_capacity, sizeof(ProfileEntry), 256);
+        if (larger == NULL) return -1;
+        scan->entries = larger;
     }
     scan->entries[scan->entry_count++] = *entry;
     return 0;
@@ -769,22 +775,16 @@ static int scan_line(Scan *scan, const char *base, const char *line, const char 
             if (!known) goto other; /* no need to read on */
         } else if (key_is(&c, &key, "eventId")) {
             if (have_id++ || !read_optional_string(&c, &r->event_id)) goto other;
-        } else if (key_is(&c, &key, "taskLifecycleEvent")) {
+        } else if (key_is(&c, &key, "taskLifecycleEvent") || key_is(&c, &key, "taskProfileEvents")) {
             if (have_payload++) goto other;
-            kind = LIFECYCLE;
-            int ok = read_payload(&c, scan, r);
+            kind = key.len == 18 ? LIFECYCLE : PROFILE;
+            int ok = kind == LIFECYCLE ? read_payload(&c, scan, r) : read_profile(&c, scan, r);
             if (ok < 0) return -1;
             if (!ok) goto other;
         } else if (key_is(&c, &key, "taskDefinitionEvent") || key_is(&c, &key, "actorTaskDefinitionEvent")) {
             if (have_payload++) goto other;
             kind = key.len == 19 ? DEFINITION : ACTOR_DEFINITION;
             if (!read_definition(&c, r, kind == ACTOR_DEFINITION)) goto other;
-        } else if (key_is(&c, &key, "taskProfileEvents")) {
-            if (have_payload++) goto other;
-            kind = PROFILE;
-            int ok = read_profile(&c, scan, r);
-            if (ok < 0) return -1;
-            if (!ok) goto other;
         } else if (!skip_value(&c, 1)) {
             goto other;
         }
@@ -856,14 +856,12 @@ static PyObject *scan(PyObject *module, PyObject *arg) {
         const char *stop = memchr(line, '\n', end - line);
         if (stop == NULL) stop = end;
         if (s->count == s->capacity) {
-            Py_ssize_t capacity = s->capacity ? s->capacity * 2 : 64;
-            Record *grown = PyMem_Realloc(s->records, capacity * sizeof(Record));
-            if (grown == NULL) {
+            Record *larger = grown(s->records, &s->capacity, sizeof(Record), 64);
+            if (larger == NULL) {
                 PyErr_NoMemory();
                 goto fail;
             }
-            s->records = grown;
-            s->capacity = capacity;
+            s->records = larger;
         }
         int taken = scan_line(s, base, line, stop, &s->records[s->count]);
         if (taken < 0) {
