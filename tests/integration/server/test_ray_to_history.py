@@ -71,6 +71,26 @@ def history(dead_session: DeadSession, tmp_path_factory: pytest.TempPathFactory)
         yield server
 
 
+def failed_by_gcs_after_finishing(live_task: dict[str, Any]) -> bool:
+    """Whether the live answer for an attempt comes from a race inside Ray, not from its events.
+
+    When a worker dies, the GCS waits one second (``gcs_mark_task_failed_on_worker_dead_delay_ms``)
+    and adds a FAILED (WORKER_DIED) at the death time to every attempt of that worker it holds
+    no terminal state for. The owner reports FINISHED in its next flush (every second), so an
+    attempt that finished just before its worker exited (``Quitter.quit`` calls
+    ``exit_actor()``) is sometimes marked before the owner's FINISHED arrives. The GCS then
+    holds both, and Ray's State API (``protobuf_to_task_state_dict`` in
+    ``ray/util/state/common.py``) names as the state the last one in TaskStatus order: FAILED.
+    The exported events hold the owner's FINISHED only, and no event says when it reached the
+    GCS, so the history answers FINISHED; the live answer is FAILED in some runs only.
+    """
+    return (
+        live_task["state"] == "FAILED"
+        and live_task.get("error_type") == "WORKER_DIED"
+        and any(event["state"] == "FINISHED" for event in live_task.get("events") or ())
+    )
+
+
 def test_dead_session_answers_like_the_live_dashboard(history: HistoryServerProcess, dead_session: DeadSession) -> None:
     clusters = requests.get(f"{history.url}/clusters", timeout=30).json()
     assert any(c["sessionName"] == dead_session.session and c["name"] == CLUSTER.name for c in clusters)
@@ -89,8 +109,10 @@ def test_dead_session_answers_like_the_live_dashboard(history: HistoryServerProc
     for key, live_task in theirs.items():
         for field in ("name", "func_or_class_name", "type", "job_id", "actor_id", "parent_task_id"):
             assert ours[key][field] == live_task[field], (key, field)
-        if live_task["state"] in ("FINISHED", "FAILED"):
-            assert ours[key]["state"] == live_task["state"], key
+        if failed_by_gcs_after_finishing(live_task):
+            assert ours[key]["state"] == "FINISHED", (key, live_task["events"], ours[key]["events"])
+        elif live_task["state"] in ("FINISHED", "FAILED"):
+            assert ours[key]["state"] == live_task["state"], (key, live_task["events"], ours[key]["events"])
 
     actors = client.get(f"{history.url}/logical/actors", timeout=30).json()["data"]["actors"]
     live_actors = dead_session.live["/logical/actors"]["data"]["actors"]
