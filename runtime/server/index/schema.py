@@ -21,7 +21,8 @@ Conventions every writer and reader relies on:
   parts (a definition's JSON, log file names, profile names) once each in
   ``task_texts``, and rendered to JSON when read
   (:mod:`runtime.server.replay.task_detail`, schema 7: rendering and packing that
-  JSON for every task was a third of a build's per-task CPU); read them through
+  JSON for every task was a third of a build's per-task CPU; schema 8: a profile's
+  extra data, which names its task, is in the row, not a text); read them through
   :meth:`~runtime.server.index.reader.SessionIndex.details`. The detail form is
   ``brief[:-1] + b"," + extra[1:]`` (see
   :func:`~runtime.server.replay.render_tasks.splice_detail`).
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 #: Bump whenever the schema or the meaning of a column changes: indexes built by an
 #: older version are rebuilt rather than misread.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 DDL = """
 PRAGMA journal_mode = WAL;

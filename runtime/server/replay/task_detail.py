@@ -24,7 +24,10 @@ it) or a msgpack array, trailing nulls dropped::
 * ``log``: ``[text id of [stdout_file, stderr_file], stdout_start, stdout_end,
   stderr_start, stderr_end]``;
 * ``profile``: ``[text id of its JSON head, [event name's text id, start_time,
-  end_time, extra_data's text id, ...]]``.
+  end_time, extra_data's JSON, ...]]``. The extra data is stored in the row (schema
+  8): Ray's ``task::`` entry names its own task, so as a shared text it was a text
+  per task, hashed and inserted into ``task_texts`` at random ids by every shard and
+  again by the append (~10 % of a build's instructions, v4 synthetic session).
 
 Texts live once per index in ``task_texts``, under an id derived from their bytes
 (a 63-bit BLAKE2b prefix), so shards built apart agree on ids without talking to
@@ -44,7 +47,6 @@ from typing import Any, Final
 import msgspec
 import orjson
 
-from runtime.common.json_bytes import dumps_kept
 from runtime.server.replay.attempt import TASK_STATES, Definition, LogInfo, Profile
 from runtime.server.replay.ids import is_nil
 from runtime.server.replay.timestamps import in_int64
@@ -54,6 +56,7 @@ _PLAIN = ord("{")
 _SIX_FIELDS = b"\x96"  # msgpack: an array of 6
 _PROFILED = b'"profiling_data":'
 _NULL = b"null"
+_EMPTY_OBJECT = b"{}"  # most profile entries' extra data (Ray writes "{}")
 _FLAGS = {None: _NULL, True: b"true", False: b"false"}
 _MIDDLE = (
     b',"creation_time_ms":%b,"start_time_ms":%b,"end_time_ms":%b,"task_log_info":%b,'
@@ -91,7 +94,6 @@ class DetailEncoder:
         self._logs: dict[tuple[str, str], int] = {}
         self._profiles: dict[tuple[str, str, str], int] = {}
         self._names: dict[str, int] = {}
-        self._extras: dict[str, int] = {}
         self._heads: dict[tuple[Any, ...], bytes] = {}
         self._tails: dict[tuple[Any, ...], bytes] = {}
         self._encode_into = msgspec.msgpack.Encoder().encode_into
@@ -138,15 +140,12 @@ class DetailEncoder:
             body = orjson.dumps({"component_type": key[0], "component_id": key[1], "node_ip_address": key[2]})
             head = self._profiles[key] = self._text(body[:-1] + b',"events":')
         flat: list[Any] = []
-        names, extras = self._names, self._extras
+        names = self._names
         for (name, start, end), extra in prof.events.items():
             name_id = names.get(name)
             if name_id is None:
                 name_id = names[name] = self._text(orjson.dumps(name))
-            extra_id = extras.get(extra)
-            if extra_id is None:
-                extra_id = extras[extra] = self._text(_normal_json(extra))
-            flat += (name_id, _ms(start), _ms(end), extra_id)
+            flat += (name_id, _ms(start), _ms(end), _EMPTY_OBJECT if extra == "{}" else _normal_json(extra))
         return [head, flat]
 
     def encode(self, fields: list[Any]) -> bytearray:
@@ -217,12 +216,11 @@ def _ms(ns: int) -> float:
 
 def _normal_json(text: str) -> bytes:
     """Profile extra data as the State API answers it: re-encoded JSON, ``{}`` when
-    unparsable. Ray's extra data names its task, so each is a text of its own, held until
-    the shard is written: orjson's own bytes were ~250 MiB more per worker of a 1M-task build."""
+    unparsable. Held only until its row is packed, so orjson's buffer is not copied."""
     try:
-        return dumps_kept(orjson.loads(text))
+        return orjson.dumps(orjson.loads(text))
     except orjson.JSONDecodeError:
-        return b"{}"
+        return _EMPTY_OBJECT
 
 
 class DetailRenderer:
@@ -311,7 +309,7 @@ class DetailRenderer:
             {
                 "start_time": flat[n + 1],
                 "end_time": flat[n + 2],
-                "extra_data": Fragment(text(flat[n + 3])),
+                "extra_data": Fragment(flat[n + 3]),
                 "event_name": Fragment(text(flat[n])),
             }
             for n in range(0, len(flat), 4)
