@@ -70,7 +70,8 @@ class Profile:
         self.component_type = component_type
         self.component_id = component_id  # hex
         self.node_ip = node_ip
-        self.events: dict[tuple[str, int, int], str] = {}  # (name, start, end) -> extra data
+        #: (name, start, end) -> extra data: Ray's text, or (bytes) already the JSON the State API answers
+        self.events: dict[tuple[str, int, int], str | bytes] = {}
         self.func_name = ""  # from a ``task::`` event's extra data
 
 

@@ -6,6 +6,8 @@ from typing import Any
 
 import orjson
 
+from runtime.common.json_bytes import dumps_kept
+
 
 def func_name(descriptor: object) -> str:
     """``Class.function`` or ``function`` from a Python/Java/C++ function descriptor."""
@@ -41,12 +43,17 @@ def runtime_env_info(serialized: str) -> bytes:
     return orjson.dumps(info)
 
 
-def profile_func(name: str, extra: str) -> str:
+def profile_extra(name: str, extra: str) -> tuple[str, bytes]:
+    """A ``task::<func>`` profile entry's function name (``''`` unless its extra data is
+    an object with a ``name``) and its extra data as the State API answers it
+    (re-encoded JSON, ``{}`` when unparsable), from one parse. Copied to its own size:
+    an attempt holds it until its shard is written (see ``runtime.common.json_bytes``)."""
     try:
         data = orjson.loads(extra)
     except orjson.JSONDecodeError:
-        return ""
-    return name[len("task::") :] if isinstance(data, dict) and data.get("name") else ""
+        return "", b"{}"
+    func = name[len("task::") :] if isinstance(data, dict) and data.get("name") else ""
+    return func, dumps_kept(data)
 
 
 def _snake(key: str) -> str:

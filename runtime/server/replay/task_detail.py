@@ -145,7 +145,7 @@ class DetailEncoder:
             name_id = names.get(name)
             if name_id is None:
                 name_id = names[name] = self._text(orjson.dumps(name))
-            flat += (name_id, _ms(start), _ms(end), _EMPTY_OBJECT if extra == "{}" else _normal_json(extra))
+            flat += (name_id, _ms(start), _ms(end), _extra_json(extra))
         return [head, flat]
 
     def encode(self, fields: list[Any]) -> bytearray:
@@ -214,11 +214,16 @@ def _ms(ns: int) -> float:
     return operator.truediv(ns, 1_000_000)  # type: ignore[no-any-return]
 
 
-def _normal_json(text: str) -> bytes:
+def _extra_json(extra: str | bytes) -> bytes:
     """Profile extra data as the State API answers it: re-encoded JSON, ``{}`` when
-    unparsable. Held only until its row is packed, so orjson's buffer is not copied."""
+    unparsable; bytes are that already (:func:`~runtime.server.replay.definitions.profile_extra`).
+    Held only until its row is packed, so orjson's buffer is not copied."""
+    if isinstance(extra, bytes):
+        return extra
+    if extra == "{}":
+        return _EMPTY_OBJECT
     try:
-        return orjson.dumps(orjson.loads(text))
+        return orjson.dumps(orjson.loads(extra))
     except orjson.JSONDecodeError:
         return _EMPTY_OBJECT
 

@@ -36,7 +36,7 @@ from runtime.server.replay.attempt import (
     merge_log_info,
     seen_before,
 )
-from runtime.server.replay.definitions import func_name, profile_func, runtime_env_info, snake_keys
+from runtime.server.replay.definitions import func_name, profile_extra, runtime_env_info, snake_keys
 from runtime.server.replay.ids import IdCache, hex_id
 from runtime.server.replay.task_events import (
     NO_LOG_INFO,
@@ -334,9 +334,13 @@ class TaskTable:
         return prof
 
     def _add_profile_event(self, prof: Profile, name: str, start: int, end: int, extra: str) -> None:
-        prof.events.setdefault((self._intern(name), start, end), extra)
+        stored: str | bytes = extra
         if name.startswith("task::") and extra and extra != "{}":
-            prof.func_name = profile_func(name, extra) or prof.func_name
+            # Ray's task:: extra data names the task: parsed once, for the function name and
+            # for the JSON the detail answers (rendering would parse it again)
+            func, stored = profile_extra(name, extra)
+            prof.func_name = func or prof.func_name
+        prof.events.setdefault((self._intern(name), start, end), stored)
 
     def _scanned_profile(
         self,

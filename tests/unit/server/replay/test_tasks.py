@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from runtime.server.replay.definitions import profile_extra
 from runtime.server.replay.render_tasks import TaskRenderer
 from runtime.server.replay.session import SessionReplay, base_ns_for
 from runtime.server.replay.task_events import EVENT_TYPES, decode_task_blob
@@ -254,6 +255,47 @@ def test_profile_function_name_when_no_definition() -> None:
     payload = {"taskId": TASK_B64, "attemptNumber": 0, "jobId": "AgAAAA==", "profileEvents": body}
     task = one([envelope("TASK_PROFILE_EVENT", "taskProfileEvents", payload)])
     assert task["func_or_class_name"] == "square" and task["job_id"] == "02000000"
+
+
+def test_a_task_entrys_extra_data_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's task:: extra data names its task: each is parsed for the function name, and
+    its JSON is kept from that parse rather than parsed again to render the detail."""
+    from tests.unit.server.replay.events import envelope
+
+    extra = '{"name": "m.square", "task_id": "x"}'
+    entry = {"eventName": "task::square", "startTime": "1", "endTime": "2", "extraData": extra}
+    body = {"componentType": "worker", "componentId": "", "nodeIpAddress": "", "events": [entry]}
+    payload = {"taskId": TASK_B64, "attemptNumber": 0, "jobId": "AgAAAA==", "profileEvents": body}
+    parsed: list[object] = []
+    loads = orjson.loads
+
+    def counting_loads(data: str | bytes) -> object:
+        if data == extra:
+            parsed.append(data)
+        return loads(data)
+
+    monkeypatch.setattr(orjson, "loads", counting_loads)
+    replay = SessionReplay()
+    replay.feed([envelope("TASK_PROFILE_EVENT", "taskProfileEvents", payload)])
+    assert len(parsed) == 1  # for the function name
+    (task,) = _rendered(replay).values()
+    monkeypatch.undo()
+    assert task["profiling_data"]["events"][0]["extra_data"] == {"name": "m.square", "task_id": "x"}
+    assert task["func_or_class_name"] == "square" and len(parsed) == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "func", "stored"),
+    [
+        ('{"name": "m.f", "task_id": "x"}', "f", b'{"name":"m.f","task_id":"x"}'),
+        ('{"task_id": "x"}', "", b'{"task_id":"x"}'),
+        ('{"name": ""}', "", b'{"name":""}'),
+        ('["m.f"]', "", b'["m.f"]'),
+        ("not json", "", b"{}"),
+    ],
+)
+def test_profile_extra_names_the_function_and_reencodes(extra: str, func: str, stored: bytes) -> None:
+    assert profile_extra("task::f", extra) == (func, stored)
 
 
 def test_unknown_state_from_a_newer_ray_is_kept() -> None:
