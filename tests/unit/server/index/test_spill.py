@@ -49,3 +49,15 @@ def test_remove_drops_open_and_closed_files(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["other.bucket01.zst"]
     remove_spill_files(tmp_path / "other")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_damaged_record_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    spill = BucketSpill(tmp_path / "s")
+    spill.write(4, b'{"n":1}\n' * 5000, 5000)
+    spill.finish()
+    path = spill.path(4)
+    data = bytearray(path.read_bytes())
+    data[8:12] = b"\0\0\0\0"  # the frame's magic number
+    path.write_bytes(bytes(data))
+    with pytest.raises(OSError, match=r"s\.bucket04\.zst holds a damaged record"):
+        list(spill.read(4))
