@@ -97,6 +97,23 @@ def test_every_kind_of_line_routes_as_in_python(core: Any) -> None:
     assert_same([b"  \n" + b"\n".join(every[:5])], core)
 
 
+def test_the_key_is_found_at_every_offset_past_lookalikes(core: Any) -> None:
+    """The C loop looks for the key 16 positions at a time (its quote, and its 'I' five
+    bytes on) and then byte by byte near the line's end: the key at each offset from a
+    line's start and from its end, behind keys that share those two bytes or more."""
+    task = b"A" * 8 + b"Q" * 24  # 32 base64 characters: shard 0 of 16
+    later = b"/" * 32  # the last shard
+    decoys = [b"", b'"nodeId":"x",', b'"taskIdx":"' + later + b'",', b'"taskId" :"x",', b'"tasKId":"x",', b'"taskI']
+    objects = []
+    for decoy in decoys:
+        for pad in range(0, 40):
+            head = b"{" + b" " * pad + decoy
+            objects.append(head + b'"taskId":"' + task + b'","then":"' + later + b'"}')
+            objects.append(head + b'"taskId":"' + task + b'"')  # the id closes the line
+            objects.append(head + b'"taskId":"' + task[: pad % 33])  # cut short
+    assert_same([b"\n".join(objects)], core)
+
+
 def test_legacy_arrays_and_bodies_with_nothing(core: Any) -> None:
     events = [owner(), executor(), definition(), envelope("NODE_DEFINITION_EVENT", "nodeDefinitionEvent", {})]
     assert_same([orjson.dumps(events), b"[1, 2", b"{}", b"", b" \n ", b"[]", b'{"a": 1}'], core)
