@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -43,15 +43,35 @@ def runtime_env_info(serialized: str) -> bytes:
     return orjson.dumps(info)
 
 
+EMPTY_OBJECT: Final = b"{}"  # most profile entries' extra data (Ray writes "{}")
+_UNPARSABLE: Final = object()
+
+
+def _parsed_extra(extra: str) -> object:
+    """Profile extra data parsed, or ``_UNPARSABLE``: the State API answers ``{}`` then."""
+    try:
+        return orjson.loads(extra)
+    except orjson.JSONDecodeError:
+        return _UNPARSABLE
+
+
+def reencoded_extra(extra: str) -> bytes:
+    """Profile extra data as the State API answers it: re-encoded JSON, ``{}`` when
+    unparsable. Held only until its row is packed, so orjson's buffer is not copied."""
+    if extra == "{}":
+        return EMPTY_OBJECT
+    data = _parsed_extra(extra)
+    return EMPTY_OBJECT if data is _UNPARSABLE else orjson.dumps(data)
+
+
 def profile_extra(name: str, extra: str) -> tuple[str, bytes]:
     """A ``task::<func>`` profile entry's function name (``''`` unless its extra data is
-    an object with a ``name``) and its extra data as the State API answers it
-    (re-encoded JSON, ``{}`` when unparsable), from one parse. Copied to its own size:
-    an attempt holds it until its shard is written (see ``runtime.common.json_bytes``)."""
-    try:
-        data = orjson.loads(extra)
-    except orjson.JSONDecodeError:
-        return "", b"{}"
+    an object with a ``name``) and its extra data as :func:`reencoded_extra`, from one
+    parse. Copied to its own size: an attempt holds it until its shard is written (see
+    ``runtime.common.json_bytes``)."""
+    data = _parsed_extra(extra)
+    if data is _UNPARSABLE:
+        return "", EMPTY_OBJECT
     func = name[len("task::") :] if isinstance(data, dict) and data.get("name") else ""
     return func, dumps_kept(data)
 

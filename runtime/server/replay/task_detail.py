@@ -48,6 +48,7 @@ import msgspec
 import orjson
 
 from runtime.server.replay.attempt import TASK_STATES, Definition, LogInfo, Profile
+from runtime.server.replay.definitions import reencoded_extra
 from runtime.server.replay.ids import is_nil
 from runtime.server.replay.timestamps import in_int64
 
@@ -56,7 +57,6 @@ _PLAIN = ord("{")
 _SIX_FIELDS = b"\x96"  # msgpack: an array of 6
 _PROFILED = b'"profiling_data":'
 _NULL = b"null"
-_EMPTY_OBJECT = b"{}"  # most profile entries' extra data (Ray writes "{}")
 _FLAGS = {None: _NULL, True: b"true", False: b"false"}
 _MIDDLE = (
     b',"creation_time_ms":%b,"start_time_ms":%b,"end_time_ms":%b,"task_log_info":%b,'
@@ -215,17 +215,8 @@ def _ms(ns: int) -> float:
 
 
 def _extra_json(extra: str | bytes) -> bytes:
-    """Profile extra data as the State API answers it: re-encoded JSON, ``{}`` when
-    unparsable; bytes are that already (:func:`~runtime.server.replay.definitions.profile_extra`).
-    Held only until its row is packed, so orjson's buffer is not copied."""
-    if isinstance(extra, bytes):
-        return extra
-    if extra == "{}":
-        return _EMPTY_OBJECT
-    try:
-        return orjson.dumps(orjson.loads(extra))
-    except orjson.JSONDecodeError:
-        return _EMPTY_OBJECT
+    """Bytes are the State API's answer already (:func:`~runtime.server.replay.definitions.profile_extra`)."""
+    return extra if isinstance(extra, bytes) else reencoded_extra(extra)
 
 
 class DetailRenderer:
