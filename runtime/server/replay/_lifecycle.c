@@ -908,6 +908,10 @@ fail:
 
 /* ------------------------------------------------------------------ the apply */
 
+/* Distinct profile entry names one apply call keeps decoded (Ray writes a handful:
+ * task::<func>, task:deserialize_arguments, task:execute, task:store_outputs, ...). */
+#define PROFILE_NAMES_MET 16
+
 typedef struct {
     PyObject *attempts, *attempt_type, *ids, *known, *seconds, *ts_ns, *strings;
     PyObject *templates, *names, *learn; /* definitions: see apply_definition */
@@ -918,10 +922,19 @@ typedef struct {
     char head[19];
     int64_t head_ns;
     int has_head;
+    /* Profile entry names met in this call, by their JSON text (the body outlives the
+     * call): each name is decoded and interned once, and TaskTable._intern then finds
+     * the very object, its hash cached, instead of hashing a fresh copy per entry. */
+    struct {
+        const char *text;
+        Py_ssize_t len;
+        PyObject *value; /* strong */
+    } names_met[PROFILE_NAMES_MET];
+    int names_met_count;
 } Context;
 
 static PyObject *S_seen, *S_job, *S_log, *S_transitions, *S_node, *S_node_ns, *S_worker,
-    *S_worker_ns, *S_pid, *S_pid_ns, *S_empty, *S_definition, *S_name;
+    *S_worker_ns, *S_pid, *S_pid_ns, *S_empty, *S_empty_object, *S_definition, *S_name;
 
 static PyObject *span_str(PyObject *body, const Span *s) {
     return PyUnicode_DecodeUTF8(PyBytes_AS_STRING(body) + s->at, s->len, "strict");
@@ -1400,6 +1413,41 @@ static PyObject *optional_str(PyObject *body, const Span *s) {
     return s->len < 0 ? Py_NewRef(Py_None) : span_str(body, s);
 }
 
+/* A profile entry's name: decoded and interned (TaskTable._strings) the first time this
+ * call meets its text, the same object after that. */
+static PyObject *entry_name(Context *ctx, PyObject *body, const Span *s) {
+    if (s->len < 0) return Py_NewRef(S_empty);
+    const char *text = PyBytes_AS_STRING(body) + s->at;
+    for (int i = 0; i < ctx->names_met_count; i++) {
+        if (ctx->names_met[i].len == s->len && memcmp(ctx->names_met[i].text, text, (size_t)s->len) == 0) {
+            return Py_NewRef(ctx->names_met[i].value);
+        }
+    }
+    PyObject *decoded = string_value(body, s);
+    if (decoded == NULL) return NULL;
+    PyObject *found = PyDict_SetDefault(ctx->strings, decoded, decoded); /* borrowed */
+    Py_XINCREF(found);
+    Py_DECREF(decoded);
+    if (found != NULL && ctx->names_met_count < PROFILE_NAMES_MET) {
+        int i = ctx->names_met_count++;
+        ctx->names_met[i].text = text;
+        ctx->names_met[i].len = s->len;
+        ctx->names_met[i].value = Py_NewRef(found);
+    }
+    return found;
+}
+
+static void forget_names(Context *ctx) {
+    for (int i = 0; i < ctx->names_met_count; i++) Py_DECREF(ctx->names_met[i].value);
+    ctx->names_met_count = 0;
+}
+
+/* A profile entry's extra data: Ray's usual "{}" is one shared object. */
+static PyObject *entry_extra(PyObject *body, const Span *s) {
+    if (s->len == 2 && memcmp(PyBytes_AS_STRING(body) + s->at, "{}", 2) == 0) return Py_NewRef(S_empty_object);
+    return string_value(body, s);
+}
+
 /* TaskTable.profile for a taken profile event: the attempt, the duplicate check and the
  * job id here, then ``profile(state, component_type, component_id, node_ip, entries)``
  * (TaskTable._scanned_profile) with the entries as (name, start, end, extra) tuples.
@@ -1423,8 +1471,8 @@ static int apply_profile(Context *ctx, Scan *scan, const Record *r) {
         PyObject *item = PyTuple_New(4);
         if (item == NULL) goto done;
         PyList_SET_ITEM(entries, i, item);
-        PyObject *parts[4] = {string_value(body, &e->name), PyLong_FromLongLong(e->start),
-                              PyLong_FromLongLong(e->end), string_value(body, &e->extra)};
+        PyObject *parts[4] = {entry_name(ctx, body, &e->name), PyLong_FromLongLong(e->start),
+                              PyLong_FromLongLong(e->end), entry_extra(body, &e->extra)};
         int complete = 1;
         for (int k = 0; k < 4; k++) {
             if (parts[k] == NULL) complete = 0;
@@ -1480,6 +1528,7 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     ctx.learn = args[12];
     ctx.profile = args[15];
     ctx.has_head = 0;
+    ctx.names_met_count = 0;
     if (!PyDict_Check(ctx.attempts) || !PyDict_Check(ctx.seconds) || !PyDict_Check(ctx.strings) ||
         !PyDict_Check(ctx.templates) || !PyDict_Check(ctx.names)) {
         PyErr_SetString(PyExc_TypeError, "attempts, seconds, strings, templates and names must be dicts");
@@ -1508,6 +1557,7 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
                      : r->kind == PROFILE ? apply_profile(&ctx, scan, r)
                                           : apply_definition(&ctx, scan, r);
         if (result < 0) {
+            forget_names(&ctx);
             Py_DECREF(ctx.known);
             return NULL;
         }
@@ -1515,6 +1565,7 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         duplicates[r->kind] += result == 2;
         bad += result == 0;
     }
+    forget_names(&ctx);
     Py_DECREF(ctx.known);
     return Py_BuildValue("((nnnn)(nnnn)n)", taken[0], taken[1], taken[2], taken[3], duplicates[0], duplicates[1],
                          duplicates[2], duplicates[3], bad);
@@ -1615,6 +1666,7 @@ PyMODINIT_FUNC PyInit__lifecycle(void) {
     INTERN(S_pid, "pid");
     INTERN(S_pid_ns, "pid_ns");
     INTERN(S_empty, "");
+    INTERN(S_empty_object, "{}");
     INTERN(S_definition, "definition");
     INTERN(S_name, "name");
 #undef INTERN

@@ -669,3 +669,42 @@ def test_an_escaped_string_is_read_across_blocks(at: int, native: ModuleType, mo
     bad = data.replace(b"b" * 19, b"b" * 9 + b"\x01" + b"b" * 9)
     assert native.scan(bad)[0].count == 0
     assert_same([bad], monkeypatch, native)
+
+
+def test_profile_entry_names_are_decoded_once_per_text_and_interned(
+    native: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan hands each entry name over as the table's interned object (so that
+    TaskTable._intern finds it with its hash cached), for more distinct names than it
+    remembers per call, for names of equal length, and for escaped spellings; Ray's
+    usual extra data "{}" is one shared object. The replay is the same as without the scan."""
+    names = [f"task:step{n:02d}" for n in range(24)] + ["task::f", "task::g", "task:\\u00e9"]
+    lines = []
+    for n, task in enumerate(OTHER_TASKS):
+        entries = [profile_entry(name, T0 + 10 * k, T0 + 10 * k + 5) for k, name in enumerate(names)]
+        entries.append(profile_entry("task::f", T0 - n, T0 + n, '{"name":"m.f","task_id":"x"}'))
+        lines.append(line(profile(task=task, entries=entries)).replace(b"task:\\\\u00e9", b"task:\\u00e9"))
+    blob = b"\n".join(lines)
+    table = TaskShard(BASE_NS).replay.tasks
+    handed: list[list[tuple[str, int, int, str]]] = []
+
+    def profile_of(*args: Any) -> None:
+        handed.append(args[4])
+        table._scanned_profile(*args)
+
+    scan = native.scan(blob)[0]
+    assert scan.count == len(OTHER_TASKS)
+    native.apply(
+        scan, 0, scan.count, table._attempts, tasks.Attempt, table._ids, tasks.SECOND_NS, tasks.ts_ns,
+        table._strings, table.base_ns, table._scanned_templates, table._names, table._learn_definition,
+        tasks._RAW_TEMPLATES_LIMIT, tasks._TEMPLATES_LIMIT, profile_of,
+    )  # fmt: skip
+    assert len(handed) == len(OTHER_TASKS)
+    for entries in handed:
+        assert [entry[0] for entry in entries[: len(names)]] == [*names[:-1], "task:\u00e9"]
+        for name, _start, _end, _extra in entries:
+            assert name is table._strings[name]
+    empty = [extra for entries in handed for _n, _s, _e, extra in entries if extra == "{}"]
+    assert len(empty) == len(OTHER_TASKS) * len(names)
+    assert all(extra is empty[0] for extra in empty)
+    assert_same([blob], monkeypatch, native)
