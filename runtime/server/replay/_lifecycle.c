@@ -1136,15 +1136,31 @@ static PyObject *attempt_of(Context *ctx, PyObject *body, const Record *r) {
     return state;
 }
 
+/* hash(str) of ASCII text without making the str (a str's hash is its bytes' for
+ * ASCII; Ray's event ids are base64); -1 when the text is not ASCII. */
+static Py_hash_t ascii_hash(const char *text, Py_ssize_t len) {
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if ((unsigned char)text[i] >= 0x80) return -1;
+    }
+#if PY_VERSION_HEX >= 0x030E0000
+    return Py_HashBuffer(text, len); /* public from 3.14 */
+#else
+    return _Py_HashBytes(text, len);
+#endif
+}
+
 /* attempt.seen_before: 1 when the record's eventId is on the attempt already, else 0
  * (and it is recorded); -1 on error. */
 static int seen_before(PyObject *body, PyObject *state, const Record *r) {
     if (r->event_id.len < 0) return 0;
-    PyObject *id = span_str(body, &r->event_id);
-    if (id == NULL) return -1;
-    Py_hash_t hash = PyObject_Hash(id);
-    Py_DECREF(id);
-    if (hash == -1) return -1;
+    Py_hash_t hash = ascii_hash(PyBytes_AS_STRING(body) + r->event_id.at, r->event_id.len);
+    if (hash == -1) {
+        PyObject *id = span_str(body, &r->event_id);
+        if (id == NULL) return -1;
+        hash = PyObject_Hash(id);
+        Py_DECREF(id);
+        if (hash == -1) return -1;
+    }
     PyObject *marker = PyLong_FromSsize_t(hash);
     if (marker == NULL) return -1;
     PyObject *seen = PyObject_GetAttr(state, S_seen);
