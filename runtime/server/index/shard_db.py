@@ -96,7 +96,7 @@ def write_shards(
     conn.execute("BEGIN")
     for shard in shards:
         renderer = shard.renderer(failures)
-        _insert_tasks(conn, renderer.rows(ordered=True))
+        _insert_tasks(conn, renderer.rows())
         # bytearrays: sqlite3 binds bytes only after looking for an adapter (see INSERT_TASK)
         conn.executemany(INSERT_TEXT, [(ident, bytearray(data)) for ident, data in renderer.texts.items()])
         counts.update(renderer.counts)

@@ -108,8 +108,8 @@ class TaskRenderer:
         """A rendered row's ``/api/v0/tasks?detail=1`` object."""
         return splice_detail(row_brief_json(row), DetailRenderer(self.texts.get)(row[DETAIL]))
 
-    def rows(self, ordered: bool = False) -> Iterator[TaskRow]:  # noqa: PLR0912, PLR0915 - hot loop, inlined
-        """One ``tasks`` row per attempt; in primary-key order when ``ordered``."""
+    def rows(self) -> Iterator[TaskRow]:  # noqa: PLR0912, PLR0915 - hot loop, inlined
+        """One ``tasks`` row per attempt, in primary-key order."""
         names = self._table.state_names
         base = self._table.base_ns
         known = len(TASK_STATES)
@@ -125,7 +125,7 @@ class TaskRenderer:
         # 65 (an int: no bytes made and hashed per attempt): the ranks as bytes, where its
         # times are, and whether it goes by name
         shapes: dict[int, tuple[bytes, int, int, int, bool]] = {}
-        for task_id, attempt, st in self._table.attempts(ordered):
+        for task_id, attempt, st in self._table.attempts():
             d = st.definition
             codes = st.transitions or None
             if codes is not None:

@@ -35,7 +35,7 @@ def test_every_row_is_written_whatever_the_bound_values_limit(
     renderer = shard.renderer()
     conn.executemany(
         "INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), ?)",
-        list(renderer.rows(ordered=True)),
+        list(renderer.rows()),
     )
     conn.commit()
     conn.close()

@@ -65,7 +65,7 @@ def replayed(blobs: list[bytes], *, scan: bool, monkeypatch: pytest.MonkeyPatch,
     table = shard.replay.tasks
     attempts = [
         (task_id, attempt, [_plain(getattr(state, name)) for name in ATTEMPT_FIELDS] + [_profile(state.profile)])
-        for task_id, attempt, state in table.attempts(ordered=True)
+        for task_id, attempt, state in table.attempts()
     ]
     counters = shard.replay.counters
     return (

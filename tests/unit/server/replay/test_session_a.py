@@ -37,7 +37,7 @@ def test_counts(replay: SessionReplay) -> None:
 
 def test_tasks_match_the_live_state_api(replay: SessionReplay) -> None:
     renderer = TaskRenderer(replay.tasks)
-    rows = {(r[0], r[1]): r for r in renderer.rows(ordered=True)}
+    rows = {(r[0], r[1]): r for r in renderer.rows()}
     answer = live("api_v0_tasks_detail=1_limit=100.json")["data"]["result"]["result"]
     brief_answer = {
         (t["task_id"], t["attempt_number"]): t for t in live("api_v0_tasks_nodetail.json")["data"]["result"]["result"]

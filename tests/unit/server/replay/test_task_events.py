@@ -69,7 +69,7 @@ def _shard_outcome(data: bytes) -> tuple[object, ...]:
     shard = TaskShard()
     shard.feed_blob(data)
     counters = shard.replay.counters
-    rows = list(TaskRenderer(shard.replay.tasks).rows(ordered=True))
+    rows = list(TaskRenderer(shard.replay.tasks).rows())
     return (counters.events, counters.duplicate_events, counters.bad_events, dict(counters.by_type),
             shard.bad_lines, shard.replay.strays, rows)  # fmt: skip
 
@@ -155,7 +155,7 @@ def test_real_ray_events_render_the_same_on_either_path(run: str) -> None:
     typed = typed_replay(events)
     task_types = set(EVENT_TYPES.values())
     assert decode_task_blob(blob(*(e for e in events if e.get("eventType") in task_types))) is not None
-    assert list(TaskRenderer(typed.tasks).rows(ordered=True)) == list(TaskRenderer(dicts.tasks).rows(ordered=True))
+    assert list(TaskRenderer(typed.tasks).rows()) == list(TaskRenderer(dicts.tasks).rows())
     assert (typed.counters.events, typed.counters.bad_events, typed.counters.by_type) == (
         dicts.counters.events,
         dicts.counters.bad_events,
@@ -188,7 +188,7 @@ def test_numbers_beyond_64_bits_neither_crash_nor_differ_between_paths(tmp_path:
     shard = TaskShard()
     shard.feed_blob(data)
     renderer = shard.renderer()
-    (row,) = renderer.rows(ordered=True)  # the wide attempt is attempt 0, like unparsable text
+    (row,) = renderer.rows()  # the wide attempt is attempt 0, like unparsable text
     detail = orjson.loads(renderer.detail_json(row))
     assert detail["worker_pid"] == 10258 and detail["required_resources"] == {"CPU": 1e23}
     assert detail["task_log_info"]["stdout_start"] == detail["task_log_info"]["stderr_end"] == 0
@@ -210,7 +210,7 @@ def test_a_definitions_maps_stay_raw_and_render_as_the_dict_path_does() -> None:
     shard = TaskShard()
     shard.feed_blob(spaced + b"\n" + other)
     renderer = shard.renderer()
-    details = {row[4]: renderer.detail_json(row) for row in renderer.rows(ordered=True)}
+    details = {row[4]: renderer.detail_json(row) for row in renderer.rows()}
     assert b'"required_resources":{"CPU":1,"GPU":0.5}' in details["parent-task"]
     assert b'"required_resources":{"CPU":1.0}' in details["other"]
     assert one([orjson.loads(spaced)])["required_resources"] == {"CPU": 1, "GPU": 0.5}  # both paths

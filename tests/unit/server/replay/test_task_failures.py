@@ -81,7 +81,7 @@ def render(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     session.feed(events)
     shard.replay.feed(events)
     renderer = shard.renderer(session.failure_context())
-    return {row[4]: orjson.loads(renderer.detail_json(row)) for row in renderer.rows(ordered=True)}
+    return {row[4]: orjson.loads(renderer.detail_json(row)) for row in renderer.rows()}
 
 
 def test_a_task_whose_worker_died_fails_as_the_gcs_says() -> None:

@@ -55,7 +55,7 @@ def typed_replay(events: list[dict[str, Any]], base_ns: int = 0) -> SessionRepla
 
 def _rendered(replay: SessionReplay) -> dict[tuple[str, int], dict[str, Any]]:
     renderer = TaskRenderer(replay.tasks)
-    return {(row[0], row[1]): orjson.loads(renderer.detail_json(row)) for row in renderer.rows(ordered=True)}
+    return {(row[0], row[1]): orjson.loads(renderer.detail_json(row)) for row in renderer.rows()}
 
 
 def one(events: list[dict[str, Any]], base_ns: int = 0) -> dict[str, Any]:
@@ -327,5 +327,5 @@ def test_ordered_attempts_are_sorted_by_task_id_then_attempt() -> None:
             events.append(lifecycle(spelled, attempt, (("RUNNING", ts(3)),)))
     rng.shuffle(events)
     replay = typed_replay(events)
-    keys = [(task_id, attempt) for task_id, attempt, _ in replay.tasks.attempts(ordered=True)]
+    keys = [(task_id, attempt) for task_id, attempt, _ in replay.tasks.attempts()]
     assert keys == sorted((raw.hex(), attempt) for n, raw in enumerate(raw_ids) for attempt in range(1 + n % 4))
