@@ -1649,7 +1649,33 @@ static PyObject *hex_id(PyObject *module, PyObject *arg) {
     return out;
 }
 
+/* is_ascii(data) -> bool: bytes.isascii(), 64 bytes per step with SSE2 (CPython's
+ * takes a word at a time; every blob is checked before its typed decode). */
+static PyObject *is_ascii(PyObject *module, PyObject *arg) {
+    (void)module;
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "is_ascii() takes bytes");
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(arg);
+    Py_ssize_t n = PyBytes_GET_SIZE(arg), i = 0;
+#ifdef __SSE2__
+    for (; i + 64 <= n; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(p + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(p + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(p + i + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(p + i + 48));
+        if (_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, d)))) Py_RETURN_FALSE;
+    }
+#endif
+    for (; i < n; i++) {
+        if (p[i] & 0x80) Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
+    {"is_ascii", (PyCFunction)is_ascii, METH_O, "is_ascii(data) -> bool: bytes.isascii(), faster."},
     {"scan", (PyCFunction)scan, METH_O,
      "scan(body) -> (Scan, others, runs): the lifecycle events taken, the other lines, and the "
      "lengths of the alternating runs of taken and other lines (taken first)."},

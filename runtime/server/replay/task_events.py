@@ -231,7 +231,7 @@ def _typed_body(blob: bytes) -> bytes | None:
     body = blob.strip(_WHITESPACE)
     if not body or body[:1] == b"[":
         return None
-    if not body.isascii():
+    if not (native_lifecycle.is_ascii(body) if native_lifecycle is not None else body.isascii()):
         # msgspec skips the fields it does not read without checking their UTF-8,
         # which orjson rejects: check it here (a fast scan when it is all ASCII).
         try:

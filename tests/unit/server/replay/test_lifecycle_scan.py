@@ -708,3 +708,18 @@ def test_profile_entry_names_are_decoded_once_per_text_and_interned(
     assert len(empty) == len(OTHER_TASKS) * len(names)
     assert all(extra is empty[0] for extra in empty)
     assert_same([blob], monkeypatch, native)
+
+
+@pytest.mark.parametrize("size", [0, 1, 15, 16, 63, 64, 65, 127, 128, 130, 200])
+def test_is_ascii_answers_as_bytes_isascii(size: int, native: ModuleType) -> None:
+    """The check every blob gets before its typed decode, with a non-ASCII byte at every
+    position of every 64-byte step and of the tail."""
+    plain = bytes(range(32, 127)) * 3
+    data = plain[:size]
+    assert native.is_ascii(data) is data.isascii() is True
+    for at in range(size):
+        for planted in (0x80, 0xC3, 0xFF, 0x7F):
+            mutated = data[:at] + bytes([planted]) + data[at + 1 :]
+            assert native.is_ascii(mutated) is mutated.isascii(), (at, planted)
+    with pytest.raises(TypeError):
+        native.is_ascii(bytearray(data))
