@@ -908,9 +908,18 @@ fail:
 
 /* ------------------------------------------------------------------ the apply */
 
-/* Distinct profile entry names one apply call keeps decoded (Ray writes a handful:
- * task::<func>, task:deserialize_arguments, task:execute, task:store_outputs, ...). */
-#define PROFILE_NAMES_MET 16
+/* Slots of a per-call cache of interned texts (a power of two; direct-mapped). */
+#define TEXTS_MET 64
+
+typedef struct {
+    const char *text;
+    Py_ssize_t len;
+    PyObject *value; /* strong; NULL: empty slot */
+} TextMet;
+
+typedef struct {
+    TextMet slot[TEXTS_MET];
+} TextsMet;
 
 typedef struct {
     PyObject *attempts, *attempt_type, *ids, *known, *seconds, *ts_ns, *strings;
@@ -922,15 +931,11 @@ typedef struct {
     char head[19];
     int64_t head_ns;
     int has_head;
-    /* Profile entry names met in this call, by their JSON text (the body outlives the
-     * call): each name is decoded and interned once, and TaskTable._intern then finds
-     * the very object, its hash cached, instead of hashing a fresh copy per entry. */
-    struct {
-        const char *text;
-        Py_ssize_t len;
-        PyObject *value; /* strong */
-    } names_met[PROFILE_NAMES_MET];
-    int names_met_count;
+    /* Texts met in this call, by their JSON text (the body outlives the call), each
+     * decoded and interned (TaskTable._strings) once: the table's _intern then finds
+     * the very object with its hash cached, instead of hashing a fresh copy per use.
+     * Profile entry names and components (a handful per session), log file names. */
+    TextsMet met_names, met_files;
 } Context;
 
 static PyObject *S_seen, *S_job, *S_log, *S_transitions, *S_node, *S_node_ns, *S_worker,
@@ -1041,17 +1046,16 @@ static int carry_id(Context *ctx, PyObject *body, PyObject *state, const Span *s
     return set_int(state, field_ns, latest);
 }
 
+static PyObject *interned_text(Context *ctx, TextsMet *met, PyObject *body, const Span *s,
+                               PyObject *(*decode)(PyObject *, const Span *));
+static PyObject *string_value(PyObject *body, const Span *s);
+
 static PyObject *interned_file(Context *ctx, PyObject *body, const Span *file) {
     if (file->len <= 0) {
         Py_INCREF(S_empty);
         return S_empty;
     }
-    PyObject *text = span_str(body, file);
-    if (text == NULL) return NULL;
-    PyObject *found = PyDict_SetDefault(ctx->strings, text, text); /* borrowed */
-    Py_XINCREF(found);
-    Py_DECREF(text);
-    return found;
+    return interned_text(ctx, &ctx->met_files, body, file, span_str);
 }
 
 /* merge_log_info: a file name sets file and start, a non-zero start sets start, an end
@@ -1429,33 +1433,47 @@ static PyObject *optional_str(PyObject *body, const Span *s) {
     return s->len < 0 ? Py_NewRef(Py_None) : span_str(body, s);
 }
 
-/* A profile entry's name: decoded and interned (TaskTable._strings) the first time this
- * call meets its text, the same object after that. */
-static PyObject *entry_name(Context *ctx, PyObject *body, const Span *s) {
-    if (s->len < 0) return Py_NewRef(S_empty);
-    const char *text = PyBytes_AS_STRING(body) + s->at;
-    for (int i = 0; i < ctx->names_met_count; i++) {
-        if (ctx->names_met[i].len == s->len && memcmp(ctx->names_met[i].text, text, (size_t)s->len) == 0) {
-            return Py_NewRef(ctx->names_met[i].value);
-        }
+/* ``text`` (the span's bytes) decoded by ``decode`` and interned in TaskTable._strings,
+ * the same object every time this call meets the same bytes in ``met`` (a slot picked
+ * by the length and the last bytes; a collision only costs a decode). */
+static PyObject *interned_text(Context *ctx, TextsMet *met, PyObject *body, const Span *s,
+                               PyObject *(*decode)(PyObject *, const Span *)) {
+    const unsigned char *text = (const unsigned char *)PyBytes_AS_STRING(body) + s->at;
+    size_t n = (size_t)s->len, pick = n;
+    /* the last 24 bytes: where log file names differ (worker id, pid) and all of a short name */
+    for (const unsigned char *q = n > 24 ? text + n - 24 : text; q < text + n; q++) pick = pick * 31 + *q;
+    pick ^= pick >> 7;
+    TextMet *slot = &met->slot[pick & (TEXTS_MET - 1)];
+    if (slot->value != NULL && slot->len == s->len && memcmp(slot->text, text, n) == 0) {
+        return Py_NewRef(slot->value);
     }
-    PyObject *decoded = string_value(body, s);
+    PyObject *decoded = decode(body, s);
     if (decoded == NULL) return NULL;
     PyObject *found = PyDict_SetDefault(ctx->strings, decoded, decoded); /* borrowed */
-    Py_XINCREF(found);
     Py_DECREF(decoded);
-    if (found != NULL && ctx->names_met_count < PROFILE_NAMES_MET) {
-        int i = ctx->names_met_count++;
-        ctx->names_met[i].text = text;
-        ctx->names_met[i].len = s->len;
-        ctx->names_met[i].value = Py_NewRef(found);
-    }
-    return found;
+    if (found == NULL) return NULL;
+    Py_XSETREF(slot->value, Py_NewRef(found));
+    slot->text = (const char *)text;
+    slot->len = s->len;
+    return Py_NewRef(found);
 }
 
-static void forget_names(Context *ctx) {
-    for (int i = 0; i < ctx->names_met_count; i++) Py_DECREF(ctx->names_met[i].value);
-    ctx->names_met_count = 0;
+static void forget_texts(TextsMet *met) {
+    for (int i = 0; i < TEXTS_MET; i++) Py_CLEAR(met->slot[i].value);
+}
+
+/* A profile entry's name, interned ("" for null or absent). */
+static PyObject *entry_name(Context *ctx, PyObject *body, const Span *s) {
+    if (s->len < 0) return Py_NewRef(S_empty);
+    return interned_text(ctx, &ctx->met_names, body, s, string_value);
+}
+
+/* A profile component's type or node address, interned; None for null. Its text has no
+ * escape (read_string), so it decodes as an entry name of the same text would: the two
+ * may share slots. */
+static PyObject *component_text(Context *ctx, PyObject *body, const Span *s) {
+    if (s->len < 0) return Py_NewRef(Py_None);
+    return interned_text(ctx, &ctx->met_names, body, s, span_str);
 }
 
 /* A profile entry's extra data: Ray's usual "{}" is one shared object. */
@@ -1496,9 +1514,9 @@ static int apply_profile(Context *ctx, Scan *scan, const Record *r) {
         }
         if (!complete) goto done;
     }
-    args[1] = optional_str(body, &r->component_type);
+    args[1] = component_text(ctx, body, &r->component_type);
     args[2] = optional_str(body, &r->component_id);
-    args[3] = optional_str(body, &r->node_ip);
+    args[3] = component_text(ctx, body, &r->node_ip);
     if (args[1] == NULL || args[2] == NULL || args[3] == NULL) goto done;
     args[4] = entries;
     PyObject *answer = PyObject_Vectorcall(ctx->profile, args, 5, NULL);
@@ -1544,7 +1562,8 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     ctx.learn = args[12];
     ctx.profile = args[15];
     ctx.has_head = 0;
-    ctx.names_met_count = 0;
+    memset(&ctx.met_names, 0, sizeof ctx.met_names);
+    memset(&ctx.met_files, 0, sizeof ctx.met_files);
     if (!PyDict_Check(ctx.attempts) || !PyDict_Check(ctx.seconds) || !PyDict_Check(ctx.strings) ||
         !PyDict_Check(ctx.templates) || !PyDict_Check(ctx.names)) {
         PyErr_SetString(PyExc_TypeError, "attempts, seconds, strings, templates and names must be dicts");
@@ -1573,7 +1592,8 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
                      : r->kind == PROFILE ? apply_profile(&ctx, scan, r)
                                           : apply_definition(&ctx, scan, r);
         if (result < 0) {
-            forget_names(&ctx);
+            forget_texts(&ctx.met_names);
+            forget_texts(&ctx.met_files);
             Py_DECREF(ctx.known);
             return NULL;
         }
@@ -1581,7 +1601,8 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         duplicates[r->kind] += result == 2;
         bad += result == 0;
     }
-    forget_names(&ctx);
+    forget_texts(&ctx.met_names);
+    forget_texts(&ctx.met_files);
     Py_DECREF(ctx.known);
     return Py_BuildValue("((nnnn)(nnnn)n)", taken[0], taken[1], taken[2], taken[3], duplicates[0], duplicates[1],
                          duplicates[2], duplicates[3], bad);

@@ -675,10 +675,11 @@ def test_profile_entry_names_are_decoded_once_per_text_and_interned(
     native: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The scan hands each entry name over as the table's interned object (so that
-    TaskTable._intern finds it with its hash cached), for more distinct names than it
-    remembers per call, for names of equal length, and for escaped spellings; Ray's
-    usual extra data "{}" is one shared object. The replay is the same as without the scan."""
-    names = [f"task:step{n:02d}" for n in range(24)] + ["task::f", "task::g", "task:\\u00e9"]
+    TaskTable._intern finds it with its hash cached), for more distinct names than the
+    scan has slots for (some share one), for names of equal length, and for escaped
+    spellings; Ray's usual extra data "{}" is one shared object. The replay is the same
+    as without the scan."""
+    names = [f"task:step{n:03d}" for n in range(100)] + ["task::f", "task::g", "task:\\u00e9"]
     lines = []
     for n, task in enumerate(OTHER_TASKS):
         entries = [profile_entry(name, T0 + 10 * k, T0 + 10 * k + 5) for k, name in enumerate(names)]
