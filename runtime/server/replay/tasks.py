@@ -321,7 +321,7 @@ class TaskTable:
                 continue  # Ray's are int64 ns: beyond it, unusable like text
             name = str(entry.get("eventName") or "")
             extra = entry.get("extraData")
-            self._add_profile_event(prof, name, start, end, extra if isinstance(extra, str) else "")
+            self._add_profile_event(prof, self._intern(name), start, end, extra if isinstance(extra, str) else "")
         return APPLIED
 
     def _profile_of(self, state: Attempt, component_type: object, component_id: object, node_ip: object) -> Profile:
@@ -334,13 +334,14 @@ class TaskTable:
         return prof
 
     def _add_profile_event(self, prof: Profile, name: str, start: int, end: int, extra: str) -> None:
+        """``name`` interned (:meth:`_intern`; the native scan hands names over interned)."""
         stored: str | bytes = extra
         if name.startswith("task::") and extra and extra != "{}":
             # Ray's task:: extra data names the task: parsed once, for the function name and
             # for the JSON the detail answers (rendering would parse it again)
             func, stored = profile_extra(name, extra)
             prof.func_name = func or prof.func_name
-        prof.events.setdefault((self._intern(name), start, end), stored)
+        prof.events.setdefault((name, start, end), stored)
 
     def _scanned_profile(
         self,
@@ -352,7 +353,7 @@ class TaskTable:
     ) -> None:
         """The rest of :meth:`profile` for an event the native scan took and applied up
         to its entries (attempt, duplicate check, job id); ``entries`` are (name, start,
-        end, extra data), each as :meth:`profile` reads it."""
+        end, extra data), each as :meth:`profile` reads it, the name already interned."""
         prof = self._profile_of(state, component_type, component_id, node_ip)
         for name, start, end, extra in entries:
             self._add_profile_event(prof, name, start, end, extra)
