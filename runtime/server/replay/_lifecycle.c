@@ -936,6 +936,7 @@ typedef struct {
      * the very object with its hash cached, instead of hashing a fresh copy per use.
      * Profile entry names and components (a handful per session), log file names. */
     TextsMet met_names, met_files;
+    TextsMet met_ids; /* raw node and worker ids: their hex ids (hex_of_span) */
 } Context;
 
 static PyObject *S_seen, *S_job, *S_log, *S_transitions, *S_node, *S_node_ns, *S_worker,
@@ -1030,15 +1031,31 @@ static PyObject *hex_of(Context *ctx, PyObject *raw) {
     return PyObject_CallOneArg(ctx->ids, raw);
 }
 
+static TextMet *text_slot(TextsMet *met, PyObject *body, const Span *s);
+static PyObject *text_met(const TextMet *slot, PyObject *body, const Span *s);
+static void meet_text(TextMet *slot, PyObject *body, const Span *s, PyObject *value);
+
+/* hex_of the span's text, remembered for the rest of the call (node and worker ids
+ * repeat on most events; the IdCache answers the same for the same text). */
+static PyObject *hex_of_span(Context *ctx, PyObject *body, const Span *s) {
+    TextMet *slot = text_slot(&ctx->met_ids, body, s);
+    PyObject *hex = text_met(slot, body, s);
+    if (hex != NULL) return hex;
+    PyObject *raw = span_str(body, s);
+    if (raw == NULL) return NULL;
+    hex = hex_of(ctx, raw);
+    Py_DECREF(raw);
+    if (hex == NULL) return NULL;
+    meet_text(slot, body, s, hex);
+    return hex;
+}
+
 static int carry_id(Context *ctx, PyObject *body, PyObject *state, const Span *span, PyObject *field,
                     PyObject *field_ns, int64_t latest) {
     if (span->len <= 0) return 0; /* absent, null or '': never erases */
     int newer = newer_or_same(state, field_ns, latest);
     if (newer <= 0) return newer;
-    PyObject *raw = span_str(body, span);
-    if (raw == NULL) return -1;
-    PyObject *hex = hex_of(ctx, raw);
-    Py_DECREF(raw);
+    PyObject *hex = hex_of_span(ctx, body, span);
     if (hex == NULL) return -1;
     int rc = PyObject_SetAttr(state, field, hex);
     Py_DECREF(hex);
@@ -1433,28 +1450,44 @@ static PyObject *optional_str(PyObject *body, const Span *s) {
     return s->len < 0 ? Py_NewRef(Py_None) : span_str(body, s);
 }
 
-/* ``text`` (the span's bytes) decoded by ``decode`` and interned in TaskTable._strings,
- * the same object every time this call meets the same bytes in ``met`` (a slot picked
- * by the length and the last bytes; a collision only costs a decode). */
-static PyObject *interned_text(Context *ctx, TextsMet *met, PyObject *body, const Span *s,
-                               PyObject *(*decode)(PyObject *, const Span *)) {
+/* The slot of ``met`` for the span's bytes (picked by the length and the last 24 bytes,
+ * where log file names and ids differ; all of a short text). */
+static TextMet *text_slot(TextsMet *met, PyObject *body, const Span *s) {
     const unsigned char *text = (const unsigned char *)PyBytes_AS_STRING(body) + s->at;
     size_t n = (size_t)s->len, pick = n;
-    /* the last 24 bytes: where log file names differ (worker id, pid) and all of a short name */
     for (const unsigned char *q = n > 24 ? text + n - 24 : text; q < text + n; q++) pick = pick * 31 + *q;
     pick ^= pick >> 7;
-    TextMet *slot = &met->slot[pick & (TEXTS_MET - 1)];
-    if (slot->value != NULL && slot->len == s->len && memcmp(slot->text, text, n) == 0) {
-        return Py_NewRef(slot->value);
-    }
+    return &met->slot[pick & (TEXTS_MET - 1)];
+}
+
+/* What the slot holds for the span's bytes (a new reference), or NULL. */
+static PyObject *text_met(const TextMet *slot, PyObject *body, const Span *s) {
+    if (slot->value == NULL || slot->len != s->len) return NULL;
+    if (memcmp(slot->text, PyBytes_AS_STRING(body) + s->at, (size_t)s->len) != 0) return NULL;
+    return Py_NewRef(slot->value);
+}
+
+/* Remember ``value`` for the span's bytes (the slot's previous text is forgotten). */
+static void meet_text(TextMet *slot, PyObject *body, const Span *s, PyObject *value) {
+    Py_XSETREF(slot->value, Py_NewRef(value));
+    slot->text = PyBytes_AS_STRING(body) + s->at;
+    slot->len = s->len;
+}
+
+/* ``text`` (the span's bytes) decoded by ``decode`` and interned in TaskTable._strings,
+ * the same object every time this call meets the same bytes in ``met`` (a collision
+ * of two texts on one slot only costs a decode). */
+static PyObject *interned_text(Context *ctx, TextsMet *met, PyObject *body, const Span *s,
+                               PyObject *(*decode)(PyObject *, const Span *)) {
+    TextMet *slot = text_slot(met, body, s);
+    PyObject *found = text_met(slot, body, s);
+    if (found != NULL) return found;
     PyObject *decoded = decode(body, s);
     if (decoded == NULL) return NULL;
-    PyObject *found = PyDict_SetDefault(ctx->strings, decoded, decoded); /* borrowed */
+    found = PyDict_SetDefault(ctx->strings, decoded, decoded); /* borrowed */
     Py_DECREF(decoded);
     if (found == NULL) return NULL;
-    Py_XSETREF(slot->value, Py_NewRef(found));
-    slot->text = (const char *)text;
-    slot->len = s->len;
+    meet_text(slot, body, s, found);
     return Py_NewRef(found);
 }
 
@@ -1564,6 +1597,7 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     ctx.has_head = 0;
     memset(&ctx.met_names, 0, sizeof ctx.met_names);
     memset(&ctx.met_files, 0, sizeof ctx.met_files);
+    memset(&ctx.met_ids, 0, sizeof ctx.met_ids);
     if (!PyDict_Check(ctx.attempts) || !PyDict_Check(ctx.seconds) || !PyDict_Check(ctx.strings) ||
         !PyDict_Check(ctx.templates) || !PyDict_Check(ctx.names)) {
         PyErr_SetString(PyExc_TypeError, "attempts, seconds, strings, templates and names must be dicts");
@@ -1594,6 +1628,7 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         if (result < 0) {
             forget_texts(&ctx.met_names);
             forget_texts(&ctx.met_files);
+            forget_texts(&ctx.met_ids);
             Py_DECREF(ctx.known);
             return NULL;
         }
@@ -1603,6 +1638,7 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     }
     forget_texts(&ctx.met_names);
     forget_texts(&ctx.met_files);
+    forget_texts(&ctx.met_ids);
     Py_DECREF(ctx.known);
     return Py_BuildValue("((nnnn)(nnnn)n)", taken[0], taken[1], taken[2], taken[3], duplicates[0], duplicates[1],
                          duplicates[2], duplicates[3], bad);

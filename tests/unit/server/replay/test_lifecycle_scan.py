@@ -28,6 +28,7 @@ from tests.unit.server.replay.events import (
     definition,
     envelope,
     executor,
+    lifecycle,
     owner,
     profile,
     profile_entry,
@@ -724,3 +725,17 @@ def test_is_ascii_answers_as_bytes_isascii(size: int, native: ModuleType) -> Non
             assert native.is_ascii(mutated) is mutated.isascii(), (at, planted)
     with pytest.raises(TypeError):
         native.is_ascii(bytearray(data))
+
+
+def test_many_node_and_worker_ids_in_one_blob(native: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan remembers each raw id's hex id for the rest of a call, in fewer slots than
+    there are ids here (some share one): every attempt still gets its own node and
+    worker, as without the scan, ids of equal length that differ anywhere included."""
+    lines = []
+    for n in range(300):
+        task = base64.b64encode(n.to_bytes(8, "big") + b"\xff" * 12 + b"\x02\0\0\0").decode()
+        node = base64.b64encode(bytes([n % 97]) * 28).decode()
+        worker = base64.b64encode(n.to_bytes(2, "big") + b"\x01" * 26).decode()
+        states = (("SUBMITTED_TO_WORKER", ts(2)), ("RUNNING", ts(3, n)))
+        lines.append(line(lifecycle(task, 0, states, nodeId=node, workerId=worker, workerPid=n + 1)))
+    assert_same([b"\n".join(lines)], monkeypatch, native)
