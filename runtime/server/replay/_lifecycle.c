@@ -921,6 +921,17 @@ typedef struct {
     TextMet slot[TEXTS_MET];
 } TextsMet;
 
+/* Slots of the per-call cache of attempts by task id text and attempt number (most
+ * lines of a routed batch name a task another line of it named). */
+#define ATTEMPTS_MET 512
+
+typedef struct {
+    const char *text;
+    Py_ssize_t len;
+    int64_t attempt;
+    PyObject *state; /* strong; NULL: empty slot */
+} AttemptMet;
+
 typedef struct {
     PyObject *attempts, *attempt_type, *ids, *known, *seconds, *ts_ns, *strings;
     PyObject *templates, *names, *learn; /* definitions: see apply_definition */
@@ -937,6 +948,7 @@ typedef struct {
      * Profile entry names and components (a handful per session), log file names. */
     TextsMet met_names, met_files;
     TextsMet met_ids; /* raw node and worker ids: their hex ids (hex_of_span) */
+    AttemptMet met_attempts[ATTEMPTS_MET]; /* attempt_of */
 } Context;
 
 static PyObject *S_seen, *S_job, *S_log, *S_transitions, *S_node, *S_node_ns, *S_worker,
@@ -1126,7 +1138,33 @@ static int merge_log(Context *ctx, PyObject *body, PyObject *state, const Record
 }
 
 /* The attempt a record is about (created when new): a new reference. */
+static PyObject *attempt_of_dict(Context *ctx, PyObject *body, const Record *r);
+
+/* The record's Attempt (a new reference), from the call's cache when a line before it
+ * named the same task id text and attempt, else from TaskTable._attempts. The dict only
+ * grows during a call, so a remembered attempt is still the one it holds. */
 static PyObject *attempt_of(Context *ctx, PyObject *body, const Record *r) {
+    const unsigned char *text = (const unsigned char *)PyBytes_AS_STRING(body) + r->task_id.at;
+    Py_ssize_t n = r->task_id.len;
+    size_t pick = (size_t)n * 31 + (size_t)r->attempt; /* an id's own bytes come first */
+    for (Py_ssize_t i = 0; i < n && i < 16; i++) pick = pick * 31 + text[i];
+    pick ^= pick >> 9;
+    AttemptMet *slot = &ctx->met_attempts[pick & (ATTEMPTS_MET - 1)];
+    if (slot->state != NULL && slot->len == n && slot->attempt == r->attempt &&
+        memcmp(slot->text, text, (size_t)n) == 0) {
+        return Py_NewRef(slot->state);
+    }
+    PyObject *state = attempt_of_dict(ctx, body, r);
+    if (state != NULL) {
+        Py_XSETREF(slot->state, Py_NewRef(state));
+        slot->text = (const char *)text;
+        slot->len = n;
+        slot->attempt = r->attempt;
+    }
+    return state;
+}
+
+static PyObject *attempt_of_dict(Context *ctx, PyObject *body, const Record *r) {
     PyObject *raw = span_str(body, &r->task_id);
     if (raw == NULL) return NULL;
     PyObject *key = raw;
@@ -1491,6 +1529,10 @@ static PyObject *interned_text(Context *ctx, TextsMet *met, PyObject *body, cons
     return Py_NewRef(found);
 }
 
+static void forget_attempts(Context *ctx) {
+    for (int i = 0; i < ATTEMPTS_MET; i++) Py_CLEAR(ctx->met_attempts[i].state);
+}
+
 static void forget_texts(TextsMet *met) {
     for (int i = 0; i < TEXTS_MET; i++) Py_CLEAR(met->slot[i].value);
 }
@@ -1598,6 +1640,7 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     memset(&ctx.met_names, 0, sizeof ctx.met_names);
     memset(&ctx.met_files, 0, sizeof ctx.met_files);
     memset(&ctx.met_ids, 0, sizeof ctx.met_ids);
+    memset(ctx.met_attempts, 0, sizeof ctx.met_attempts);
     if (!PyDict_Check(ctx.attempts) || !PyDict_Check(ctx.seconds) || !PyDict_Check(ctx.strings) ||
         !PyDict_Check(ctx.templates) || !PyDict_Check(ctx.names)) {
         PyErr_SetString(PyExc_TypeError, "attempts, seconds, strings, templates and names must be dicts");
@@ -1629,6 +1672,7 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
             forget_texts(&ctx.met_names);
             forget_texts(&ctx.met_files);
             forget_texts(&ctx.met_ids);
+            forget_attempts(&ctx);
             Py_DECREF(ctx.known);
             return NULL;
         }
@@ -1639,6 +1683,7 @@ static PyObject *apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     forget_texts(&ctx.met_names);
     forget_texts(&ctx.met_files);
     forget_texts(&ctx.met_ids);
+    forget_attempts(&ctx);
     Py_DECREF(ctx.known);
     return Py_BuildValue("((nnnn)(nnnn)n)", taken[0], taken[1], taken[2], taken[3], duplicates[0], duplicates[1],
                          duplicates[2], duplicates[3], bad);

@@ -727,15 +727,18 @@ def test_is_ascii_answers_as_bytes_isascii(size: int, native: ModuleType) -> Non
         native.is_ascii(bytearray(data))
 
 
-def test_many_node_and_worker_ids_in_one_blob(native: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The scan remembers each raw id's hex id for the rest of a call, in fewer slots than
-    there are ids here (some share one): every attempt still gets its own node and
-    worker, as without the scan, ids of equal length that differ anywhere included."""
+def test_many_ids_and_attempts_in_one_blob(native: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan remembers, for the rest of a call, each task id text and attempt's Attempt
+    and each raw node or worker id's hex id, in fewer slots than there are ids here
+    (some share one): every attempt still gets its own transitions, node and worker,
+    as without the scan, for two attempts of one id and ids that differ anywhere."""
     lines = []
     for n in range(300):
         task = base64.b64encode(n.to_bytes(8, "big") + b"\xff" * 12 + b"\x02\0\0\0").decode()
         node = base64.b64encode(bytes([n % 97]) * 28).decode()
         worker = base64.b64encode(n.to_bytes(2, "big") + b"\x01" * 26).decode()
-        states = (("SUBMITTED_TO_WORKER", ts(2)), ("RUNNING", ts(3, n)))
-        lines.append(line(lifecycle(task, 0, states, nodeId=node, workerId=worker, workerPid=n + 1)))
+        for attempt in (0, 1):
+            states = (("SUBMITTED_TO_WORKER", ts(2, attempt)), ("RUNNING", ts(3, n)))
+            lines.append(line(lifecycle(task, attempt, states, nodeId=node, workerId=worker, workerPid=n + 1)))
+            lines.append(line(executor(task=task, attempt=attempt)))
     assert_same([b"\n".join(lines)], monkeypatch, native)
