@@ -145,7 +145,10 @@ class DetailEncoder:
             name_id = names.get(name)
             if name_id is None:
                 name_id = names[name] = self._text(orjson.dumps(name))
-            flat += (name_id, _ms(start), _ms(end), _extra_json(extra))
+            flat.append(name_id)  # appends: compiled, += of a tuple builds and frees the tuple
+            flat.append(_ms(start))
+            flat.append(_ms(end))
+            flat.append(_extra_json(extra))
         return [head, flat]
 
     def encode(self, fields: list[Any]) -> bytearray:
