@@ -339,6 +339,8 @@ static int next_member(Cursor *c, int *first, Span *key) {
             c->p++;
             return 0;
         }
+    } else if (c->end - c->p >= 2 && c->p[0] == ',' && c->p[1] == '"') {
+        c->p++; /* compact JSON, as Ray writes it: no whitespace to look for */
     } else {
         skip_ws(c);
         if (c->p >= c->end) return -1;
@@ -351,6 +353,10 @@ static int next_member(Cursor *c, int *first, Span *key) {
         skip_ws(c);
     }
     if (!read_string(c, key)) return -1;
+    if (c->end - c->p >= 2 && c->p[0] == ':' && c->p[1] != ' ' && c->p[1] != '\t') {
+        c->p++;
+        return 1;
+    }
     skip_ws(c);
     if (c->p >= c->end || *c->p != ':') return -1;
     c->p++;
