@@ -1201,6 +1201,29 @@ static PyObject *attempt_of_dict(Context *ctx, PyObject *body, const Record *r) 
     return state;
 }
 
+/* ``boxed in values`` for a list of ints, ``boxed`` being ``value``: an exact int is
+ * compared as a C integer instead of through the generic ==, anything else (a bool, a
+ * subclass, an int beyond int64) as PySequence_Contains would. 1, 0, or -1 on error. */
+static int holds_int(PyObject *values, long long value, PyObject *boxed) {
+    if (!PyList_CheckExact(values)) return PySequence_Contains(values, boxed);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); i++) {
+        PyObject *item = PyList_GET_ITEM(values, i);
+        if (PyLong_CheckExact(item)) {
+            int overflow;
+            long long held = PyLong_AsLongLongAndOverflow(item, &overflow);
+            if (!overflow) {
+                if (held == value) return 1;
+                continue;
+            }
+        }
+        Py_INCREF(item); /* held while compared: == may run code that changes the list */
+        int equal = PyObject_RichCompareBool(item, boxed, Py_EQ);
+        Py_DECREF(item);
+        if (equal != 0) return equal;
+    }
+    return 0;
+}
+
 /* hash(str) of ASCII text without making the str (a str's hash is its bytes' for
  * ASCII; Ray's event ids are base64); -1 when the text is not ASCII. */
 static Py_hash_t ascii_hash(const char *text, Py_ssize_t len) {
@@ -1245,7 +1268,7 @@ static int seen_before(PyObject *body, PyObject *state, const Record *r) {
         result = PyObject_SetAttr(state, S_seen, fresh) < 0 ? -1 : 0;
         Py_DECREF(fresh);
     } else {
-        int present = PySequence_Contains(seen, marker);
+        int present = holds_int(seen, (long long)hash, marker);
         result = present;
         if (present == 0 && PyList_Append(seen, marker) < 0) result = -1;
         Py_DECREF(marker);
@@ -1323,7 +1346,9 @@ static int apply_one(Context *ctx, Scan *scan, const Record *r) {
             Py_DECREF(codes);
             goto done;
         }
-        int present = PySequence_Contains(codes, packed);
+        int present = packed_value >= LLONG_MIN && packed_value <= LLONG_MAX
+                          ? holds_int(codes, (long long)packed_value, packed)
+                          : PySequence_Contains(codes, packed);
         int rc = present == 0 ? PyList_Append(codes, packed) : 0;
         Py_DECREF(packed);
         if (present < 0 || rc < 0) {
