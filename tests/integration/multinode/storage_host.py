@@ -25,6 +25,10 @@ from tests.integration.ray_harness import wait_until
 
 STORAGE_IP = "198.51.100.3"
 STORAGE_PORT = 4443
+#: Every storage host's MAC, locally administered and spelling its IP: a new host must
+#: not be a new MAC to nodes whose ARP caches still hold the last one (those sent to it
+#: for up to ~50 s, dropped: test_storage_host).
+STORAGE_MAC = "02:00:c6:33:64:03"
 BRIDGE_PORT = "p-sto"  # its veth end on the bridge, in the switch namespace
 
 
@@ -56,8 +60,8 @@ class StorageHost:
     def start(self) -> None:
         privileged(["ip", "netns", "add", self.ns])
         sw = self.topology.switch
-        privileged(["ip", "link", "add", "eth0", "netns", self.ns, "type", "veth", "peer", "name", BRIDGE_PORT,
-                    "netns", sw])  # fmt: skip
+        privileged(["ip", "link", "add", "eth0", "address", STORAGE_MAC, "netns", self.ns, "type", "veth", "peer",
+                    "name", BRIDGE_PORT, "netns", sw])  # fmt: skip
         privileged(["ip", "-n", sw, "link", "set", BRIDGE_PORT, "master", "br0"])
         privileged(["ip", "-n", sw, "link", "set", BRIDGE_PORT, "up"])
         privileged(["ip", "-n", self.ns, "addr", "add", f"{STORAGE_IP}/{SUBNET_BITS}", "dev", "eth0"])
